@@ -1,0 +1,38 @@
+# Mimic2DM developer commands. `make demo` and `make test` each do all set-up first.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: setup test test-fast demo bench lint clean
+
+setup: $(STAMP)
+
+# torch first, from the local CPU wheel: any other torch spec would pull a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/mimic2dm demo --out runs/demo
+
+bench: setup
+	$(BIN)/mimic2dm bench engine --character humanoid --num-envs 64 --json runs/bench/engine_humanoid.json
+	$(BIN)/mimic2dm bench engine --character dog --num-envs 64 --json runs/bench/engine_dog.json
+
+lint: setup
+	$(BIN)/ruff check mimic2dm tasks generators tests
+	$(BIN)/ruff format --check mimic2dm tasks generators tests
+
+clean:
+	rm -rf runs .pytest_cache
