@@ -1,0 +1,119 @@
+"""Random virtual cameras for synthetic views (DESIGN section 1).
+
+Three kinds, all looking at the character's root:
+- ``static``: one extrinsic for the whole clip, aimed at the middle of the root path;
+  the distance grows until the whole root path stays in the image.
+- ``tracking``: a camera that keeps a fixed offset from the root (a dolly shot).
+- ``dynamic``: a camera that stays in place but pans and tilts to follow a smoothed
+  root, and zooms smoothly (the moving-camera case of Yu et al. 2021).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mimic2dm.geometry.camera import DEG, Camera, spherical_offset
+
+CAMERA_MODES = ("static", "tracking", "dynamic")
+
+
+@dataclass
+class VirtualCameraConfig:
+    """Sampling ranges; defaults are DESIGN section 1."""
+
+    width: int = 1920
+    height: int = 1080
+    focal_range: tuple[float, float] = (1000.0, 1800.0)
+    azimuth_range_deg: tuple[float, float] = (0.0, 360.0)
+    elevation_range_deg: tuple[float, float] = (-10.0, 35.0)
+    distance_range: tuple[float, float] = (3.0, 8.0)
+    # dynamic cameras: relative zoom amplitude and smoothing window of the pan target (frames)
+    zoom_amplitude: float = 0.2
+    pan_smoothing: int = 15
+    # static cameras: the projected root path must stay this far inside the image (fraction)
+    margin: float = 0.1
+
+
+def _uniform(lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
+    return lo + (hi - lo) * torch.rand((), generator=gen, dtype=torch.float64).float()
+
+
+def _smooth(x: torch.Tensor, window: int) -> torch.Tensor:
+    """Moving average of ``x [T, D]`` over ``window`` frames with edge padding."""
+    if window <= 1 or x.shape[0] < 2:
+        return x
+    pad = window // 2
+    xp = torch.cat([x[:1].expand(pad, -1), x, x[-1:].expand(pad, -1)], dim=0)
+    kernel = torch.ones(x.shape[1], 1, 2 * pad + 1, dtype=x.dtype) / (2 * pad + 1)
+    return torch.nn.functional.conv1d(xp.T[None], kernel, groups=x.shape[1])[0].T
+
+
+def _root_in_view(cam: Camera, root: torch.Tensor, margin: float) -> bool:
+    uv, z = cam.project(root[:, None, :] if cam.is_dynamic else root[None])
+    uv, z = uv.reshape(-1, 2), z.reshape(-1)
+    lo_u, hi_u = margin * cam.width, (1 - margin) * cam.width
+    lo_v, hi_v = margin * cam.height, (1 - margin) * cam.height
+    inside = (uv[:, 0] > lo_u) & (uv[:, 0] < hi_u) & (uv[:, 1] > lo_v) & (uv[:, 1] < hi_v)
+    return bool((inside & (z > 0.5)).all())
+
+
+def sample_camera(
+    root: torch.Tensor,
+    mode: str = "static",
+    generator: torch.Generator | None = None,
+    config: VirtualCameraConfig | None = None,
+) -> Camera:
+    """Sample one virtual camera for a root trajectory.
+
+    Args:
+        root: ``[T, 3]`` character root positions (world, metres).
+        mode: one of :data:`CAMERA_MODES`.
+        generator: torch RNG for reproducible sampling.
+        config: sampling ranges.
+
+    Returns:
+        A :class:`Camera` with ``F = 1`` (static) or ``F = T`` (tracking, dynamic).
+    """
+    if mode not in CAMERA_MODES:
+        raise ValueError(f"camera mode {mode!r} is not one of {', '.join(CAMERA_MODES)}")
+    cfg = config or VirtualCameraConfig()
+    gen = generator or torch.Generator().manual_seed(0)
+    root = torch.as_tensor(root, dtype=torch.float32).reshape(-1, 3)
+    az = _uniform(*cfg.azimuth_range_deg, gen) * DEG
+    el = _uniform(*cfg.elevation_range_deg, gen) * DEG
+    dist = _uniform(*cfg.distance_range, gen)
+    focal = _uniform(*cfg.focal_range, gen)
+    if mode == "tracking":
+        eye = root + spherical_offset(az, el, dist)
+        return Camera.look_at(eye, root, focal, cfg.width, cfg.height)
+    centre = 0.5 * (root.min(dim=0).values + root.max(dim=0).values)
+    if mode == "static":
+        for _ in range(20):
+            cam = Camera.look_at(centre + spherical_offset(az, el, dist), centre, focal, cfg.width, cfg.height)
+            if _root_in_view(cam, root, cfg.margin):
+                break
+            dist = dist * 1.25
+        return cam
+    # dynamic: fixed position, pans/tilts after a smoothed root, smooth zoom
+    eye = centre + spherical_offset(az, el, dist)
+    target = _smooth(root, cfg.pan_smoothing)
+    T = root.shape[0]
+    phase = _uniform(0.0, 2 * torch.pi, gen)
+    zoom = 1.0 + cfg.zoom_amplitude * torch.sin(torch.linspace(0, 2 * torch.pi, T) + phase)
+    f_lo, f_hi = cfg.focal_range
+    focals = (focal * zoom).clamp(f_lo * (1 - cfg.zoom_amplitude), f_hi * (1 + cfg.zoom_amplitude))
+    return Camera.look_at(eye.expand(T, 3), target, focals, cfg.width, cfg.height)
+
+
+def sample_cameras(
+    root: torch.Tensor,
+    num_views: int,
+    mode: str = "static",
+    seed: int = 0,
+    config: VirtualCameraConfig | None = None,
+) -> list[Camera]:
+    """``num_views`` independent virtual cameras for one root trajectory ``[T, 3]``."""
+    gen = torch.Generator().manual_seed(seed)
+    return [sample_camera(root, mode, gen, config) for _ in range(num_views)]
