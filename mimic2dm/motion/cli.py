@@ -1,0 +1,293 @@
+"""``mimic2dm data ...``: make, import and check motion files.
+
+Commands:
+- ``synth``: project a 3D clip through virtual cameras into a 2D clip (with 3D GT).
+- ``check``: validate 2D/3D motion files and print a summary table.
+- ``import-json``: COCO / mmpose keypoint JSON -> 2D clip.
+- ``import-aist``: one AIST++ sequence -> multi-view 2D clip.
+- ``demo``: write the built-in demo clip (no external data needed).
+
+Exit codes: 0 success, 1 invalid input (message names file, field, expectation),
+2 bad command-line usage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from mimic2dm.motion.format import (
+    CONFIDENCE_THRESHOLD,
+    MotionFormatError,
+    load_motion2d,
+    load_motion3d,
+    read_kind,
+    save_motion2d,
+    save_motion3d,
+)
+
+app = typer.Typer(help="Make, import and check 2D/3D motion files.", no_args_is_help=True)
+
+CHARACTERS = ("humanoid", "dog")
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    # wide when not a terminal so that tables and paths are not cut in logs and tests
+    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=200)
+
+
+def _error(msg: str) -> None:
+    _console(stderr=True).print(f"error: {msg}", markup=False, soft_wrap=True)
+
+
+def _parse_labels(labels: list[str]) -> dict[str, str]:
+    out = {}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"label {item!r} is not KEY=VALUE", param_hint="--label")
+        out[key] = value
+    return out
+
+
+def _character_matches(clip_character: str, clip_set: str, character: str) -> bool:
+    if clip_character == character:
+        return True
+    from mimic2dm.characters.registry import load_character
+
+    return load_character(character).keypoint_set == clip_set
+
+
+@app.command()
+def synth(
+    mocap: Annotated[
+        Path,
+        typer.Argument(help="3D clip: CMU .npz, dog .npz (shared/data/mocap) or a Motion3D file."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz).")],
+    character: Annotated[
+        str, typer.Option(help="humanoid | dog: the character the clip belongs to.")
+    ] = "humanoid",
+    views: Annotated[int, typer.Option(min=1, help="Number of virtual cameras V.")] = 1,
+    camera: Annotated[str, typer.Option(help="static | tracking | dynamic.")] = "static",
+    seed: Annotated[int, typer.Option(help="Seed of the cameras and the noise.")] = 0,
+    noise_px: Annotated[float, typer.Option(min=0.0, help="Std of Gaussian pixel noise.")] = 0.0,
+    drop_prob: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Probability of dropping a keypoint.")
+    ] = 0.0,
+    fps: Annotated[float | None, typer.Option(help="Resample the clip to this frame rate.")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(help="Per-clip label KEY=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras)."""
+    from mimic2dm.geometry.virtual import CAMERA_MODES
+    from mimic2dm.motion.loaders import load_mocap_keypoints
+    from mimic2dm.motion.synth import resample, synthesize_views
+
+    if character not in CHARACTERS:
+        raise typer.BadParameter(
+            f"{character!r} is not one of {', '.join(CHARACTERS)}", param_hint="--character"
+        )
+    if camera not in CAMERA_MODES:
+        raise typer.BadParameter(
+            f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera"
+        )
+    if fps is not None and fps <= 0:
+        raise typer.BadParameter("must be > 0", param_hint="--fps")
+    labels = _parse_labels(label or [])
+    try:
+        clip = load_mocap_keypoints(mocap)
+    except (OSError, ValueError, KeyError) as e:
+        _error(str(e))
+        raise typer.Exit(1) from None
+    if not _character_matches(clip.character, clip.keypoint_set, character):
+        _error(
+            f"{mocap}: a {clip.character} clip ({clip.keypoint_set}) cannot be used with --character {character}"
+        )
+        raise typer.Exit(1)
+    kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
+    if fps is not None:
+        kp, rate = resample(kp, clip.fps, fps), fps
+        obj = None if obj is None else resample(obj, clip.fps, fps)
+    meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
+    m = synthesize_views(
+        kp,
+        clip.keypoint_set,
+        rate,
+        num_views=views,
+        camera=camera,
+        seed=seed,
+        noise_px=noise_px,
+        drop_prob=drop_prob,
+        object3d=obj,
+        labels=labels,
+        meta=meta,
+    )
+    save_motion2d(m, out)
+    _console().print(
+        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
+        f"{m.keypoint_set}, {camera} cameras",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+def _row(path: Path, threshold: float) -> list[str]:
+    """Summary cells of one valid file (raises MotionFormatError otherwise)."""
+    if read_kind(path) == "motion3d":
+        m3 = load_motion3d(path)
+        kps = m3.keypoint_set or "-"
+        obj = "yes" if m3.object_pos is not None else "no"
+        return [
+            str(path),
+            f"motion3d ({m3.character})",
+            "-",
+            str(m3.num_frames),
+            f"{m3.fps:g}",
+            kps,
+            "-",
+            "-",
+            "-",
+            "-",
+            obj,
+            "yes" if m3.keypoints3d is not None else "no",
+        ]
+    m = load_motion2d(path)
+    s = m.summary()
+    masked = 1.0 - float(m.mask(threshold).mean())
+    return [
+        str(path),
+        "motion2d",
+        str(s["views"]),
+        str(s["frames"]),
+        f"{s['fps']:g}",
+        s["keypoint_set"],
+        f"{s['image_size'][0]}x{s['image_size'][1]}",
+        f"{s['mean_confidence']:.3f}",
+        f"{masked:.1%}",
+        s["cameras"],
+        "yes" if s["object"] else "no",
+        "yes" if s["gt3d"] else "no",
+    ]
+
+
+@app.command()
+def check(
+    files: Annotated[list[Path], typer.Argument(help="Motion files (.npz) to validate.")],
+    threshold: Annotated[
+        float, typer.Option(help="Confidence below which a keypoint is masked.")
+    ] = CONFIDENCE_THRESHOLD,
+) -> None:
+    """Validate motion files and print a summary; exit code 1 if any file is invalid."""
+    table = Table(title="motion files")
+    for col in (
+        "file",
+        "kind",
+        "views",
+        "frames",
+        "fps",
+        "keypoints",
+        "image",
+        "mean conf",
+        "masked",
+        "cameras",
+        "object",
+        "3D GT",
+    ):
+        table.add_column(col, overflow="fold")
+    failures: list[str] = []
+    for path in files:
+        try:
+            table.add_row(*_row(path, threshold))
+        except MotionFormatError as e:
+            failures.append(str(e))
+    if table.row_count:
+        _console().print(table)
+    for msg in failures:
+        _error(msg)
+    ok = len(files) - len(failures)
+    _console().print(f"{ok}/{len(files)} file(s) valid", markup=False)
+    if failures:
+        raise typer.Exit(1)
+
+
+@app.command("import-json")
+def import_json(
+    src: Annotated[Path, typer.Argument(help="COCO results / COCO dict / mmpose prediction JSON.")],
+    out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz).")],
+    fps: Annotated[float, typer.Option(help="Frame rate of the video.")],
+    width: Annotated[
+        int | None, typer.Option(help="Image width (px), if the JSON has none.")
+    ] = None,
+    height: Annotated[
+        int | None, typer.Option(help="Image height (px), if the JSON has none.")
+    ] = None,
+    keypoint_set: Annotated[str, typer.Option(help="coco17 | dog17.")] = "coco17",
+    random_weights: Annotated[
+        bool, typer.Option(help="Mark keypoints from an untrained pose model.")
+    ] = False,
+) -> None:
+    """Convert keypoint JSON (COCO or mmpose layout) into a single-view 2D clip."""
+    from mimic2dm.motion.loaders import load_keypoints_json
+
+    size = (width, height) if width and height else None
+    _convert(
+        out,
+        load_keypoints_json,
+        src,
+        fps=fps,
+        image_size=size,
+        keypoint_set=keypoint_set,
+        meta={"random_weights": random_weights},
+    )
+
+
+@app.command("import-aist")
+def import_aist(
+    anno_dir: Annotated[Path, typer.Argument(help="AIST++ annotation folder.")],
+    seq: Annotated[str, typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21.")],
+    out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz).")],
+    view: Annotated[
+        list[str] | None, typer.Option(help="Camera name to keep (repeatable; default all).")
+    ] = None,
+) -> None:
+    """Convert one AIST++ sequence (2D keypoints, cameras, 3D keypoints) into a multi-view 2D clip."""
+    from mimic2dm.motion.loaders import load_aist
+
+    _convert(out, load_aist, anno_dir, seq, views=view or None)
+
+
+def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
+    try:
+        m = loader(*args, **kwargs)
+    except (MotionFormatError, ValueError, KeyError, OSError) as e:
+        _error(str(e))
+        raise typer.Exit(1) from None
+    save_motion2d(m, out)
+    _console().print(
+        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames", markup=False, soft_wrap=True
+    )
+
+
+@app.command()
+def demo(
+    out_dir: Annotated[Path, typer.Argument(help="Folder for demo_3d.npz and demo_2d.npz.")],
+    seconds: Annotated[float, typer.Option(min=0.5, help="Clip length.")] = 4.0,
+    fps: Annotated[float, typer.Option(help="Frame rate.")] = 30.0,
+    seed: Annotated[int, typer.Option(help="Camera seed.")] = 0,
+) -> None:
+    """Write the built-in keyframed humanoid demo clip (3D reference + 1-view 2D clip)."""
+    from mimic2dm.motion.demo import make_demo_clip
+
+    m3, m2 = make_demo_clip(seconds=seconds, fps=fps, seed=seed)
+    save_motion3d(m3, out_dir / "demo_3d.npz")
+    save_motion2d(m2, out_dir / "demo_2d.npz")
+    _console().print(
+        f"wrote {out_dir}/demo_3d.npz and demo_2d.npz ({m2.num_frames} frames)", markup=False
+    )

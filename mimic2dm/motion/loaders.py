@@ -1,0 +1,659 @@
+"""Readers of external keypoint data into :class:`Motion2D` / 3D keypoints.
+
+Accepted inputs (details and examples in ``docs/data.md``):
+
+- COCO keypoint JSON (:func:`load_coco_keypoints`): a COCO *results* list
+  ``[{image_id, category_id, keypoints: [x, y, score] * K, score, bbox}]`` (what
+  mmpose/ViTPose write for COCO evaluation), or a dict with ``images`` and
+  ``annotations`` (the frame order comes from ``images``).
+- mmpose prediction JSON (:func:`load_mmpose_predictions`): the per-frame list
+  ``[{frame_id, instances: [{keypoints: [[x, y], ...], keypoint_scores, bbox, bbox_score}]}]``
+  or the demo scripts' ``{"meta_info": ..., "instance_info": [...]}``.
+- AIST++ annotations (:func:`load_aist`): ``keypoints2d/<seq>.pkl|npz``,
+  ``cameras/mapping.txt`` + ``cameras/<env>.json``, optional ``keypoints3d/<seq>.pkl|npz``.
+  AIST++ is y-up and in centimetres; we convert to z-up metres.
+- Motion-capture clips of ``shared/data/mocap`` and :class:`Motion3D` files
+  (:func:`load_mocap_keypoints`), through the characters' forward kinematics.
+
+With several detections in one frame the highest-scoring one is kept; frames without
+any detection get NaN keypoints with confidence 0. Scores are clipped to [0, 1].
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.spatial.transform import Rotation
+
+from mimic2dm.motion.format import Motion2D, Motion3D, MotionFormatError, load_motion3d, read_kind
+from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+AIST_FPS = 60.0
+"""Frame rate of AIST++ annotations."""
+
+AIST_CM_TO_M = 0.01
+"""AIST++ translations and 3D keypoints are in centimetres."""
+
+Y_UP_TO_Z_UP = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
+"""Rotation taking a y-up world (AIST++) to our z-up world: (x, y, z) -> (x, -z, y)."""
+
+
+def _fail(path, field: str, problem: str, expected: str):
+    raise MotionFormatError(path, field, problem, expected)
+
+
+def _read_json(path: str | os.PathLike) -> Any:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        _fail(path, "(file)", "does not exist", "an existing JSON file")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        _fail(path, "(file)", f"is not valid JSON ({e})", "a keypoint JSON file")
+
+
+def _finish(path, kp, conf, keypoint_set, fps, image_size, meta, source_format) -> Motion2D:
+    """Clip scores, blank frames without detections and build a single-view clip."""
+    conf = np.nan_to_num(np.clip(conf, 0.0, 1.0), nan=0.0)
+    conf[~np.isfinite(kp).all(-1)] = 0.0
+    if image_size is None:
+        _fail(
+            path,
+            "image_size",
+            "is unknown (the file has no image sizes)",
+            "image_size=(width, height) passed to the loader",
+        )
+    m = Motion2D(
+        keypoints=kp[None].astype(np.float32),
+        confidence=conf[None].astype(np.float32),
+        keypoint_set=keypoint_set,
+        fps=fps,
+        image_size=tuple(int(v) for v in image_size),
+        meta={
+            "source": str(path),
+            "source_format": source_format,
+            "random_weights": False,
+            **(meta or {}),
+        },
+    )
+    m.validate(path)
+    return m
+
+
+def _instance_array(path, field: str, values: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+    try:
+        a = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        a = np.zeros(0)
+    if a.size != int(np.prod(shape)):
+        _fail(path, field, f"has {a.size} numbers", f"{int(np.prod(shape))} numbers ({what})")
+    return a.reshape(shape)
+
+
+# ----------------------------------------------------------------------------- COCO
+def _coco_frames(
+    path, data: Any, first_image_id: int | None
+) -> tuple[list, dict[Any, int], int, tuple | None]:
+    """Annotations, image_id -> frame index, number of frames, image size from ``images``."""
+    if isinstance(data, list):
+        anns = data
+        ids = [a.get("image_id") for a in anns if isinstance(a, dict)]
+        if not ids or not all(isinstance(i, int) for i in ids):
+            _fail(
+                path,
+                "image_id",
+                "is missing or not an integer",
+                "integer image ids (frame numbers) in every result",
+            )
+        first = min(ids) if first_image_id is None else first_image_id
+        frames = {i: i - first for i in set(ids)}
+        if min(frames.values()) < 0:
+            _fail(
+                path, "image_id", f"is below first_image_id={first}", "image ids >= first_image_id"
+            )
+        return anns, frames, max(frames.values()) + 1, None
+    if (
+        not isinstance(data, dict)
+        or not isinstance(data.get("annotations"), list)
+        or not isinstance(data.get("images"), list)
+    ):
+        _fail(
+            path,
+            "(file)",
+            f"is a JSON {type(data).__name__}",
+            "a COCO results list or a dict with 'images' and 'annotations'",
+        )
+    images = data["images"]
+    if not images or not all(isinstance(im, dict) and "id" in im for im in images):
+        _fail(
+            path,
+            "images",
+            "is empty or an entry lacks 'id'",
+            "a list of {id, width, height[, frame_id]}",
+        )
+
+    def order(im):
+        return im.get("frame_id", im.get("frame_index", im["id"]))
+
+    images = sorted(images, key=order)
+    frames = {im["id"]: t for t, im in enumerate(images)}
+    sizes = {(im.get("width"), im.get("height")) for im in images} - {(None, None)}
+    if len(sizes) > 1:
+        _fail(path, "images", f"have several sizes {sorted(sizes)}", "one image size per clip")
+    return data["annotations"], frames, len(images), (sizes.pop() if sizes else None)
+
+
+class _BestPerFrame:
+    """Keeps the highest-scoring detection of each of ``T`` frames (NaN / 0 where none)."""
+
+    def __init__(self, T: int, K: int):
+        self.kp = np.full((T, K, 2), np.nan)
+        self.conf = np.zeros((T, K))
+        self.best = np.full(T, -np.inf)
+
+    def offer(self, t: int, score: float, xy: np.ndarray, conf: np.ndarray) -> None:
+        if score > self.best[t]:
+            self.best[t], self.kp[t], self.conf[t] = score, xy, conf
+
+
+def _coco_instance(path, i: int, a: Any, K: int, kset: str) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(score, xy [K, 2], confidence [K])`` of one COCO annotation / result."""
+    if not isinstance(a, dict) or "keypoints" not in a:
+        expected = "{image_id, keypoints: [x, y, score] * K, score}"
+        _fail(path, f"annotations[{i}]", "has no 'keypoints'", expected)
+    what = f"[x, y, score] for {K} keypoints of {kset}"
+    trip = _instance_array(path, f"annotations[{i}].keypoints", a["keypoints"], (K, 3), what)
+    if "score" in a:
+        return float(a["score"]), trip[:, :2], trip[:, 2]
+    visible = (trip[:, 2] > 0).astype(float)  # ground truth: COCO visibility flags
+    return float(visible.mean()), trip[:, :2], visible
+
+
+def load_coco_keypoints(
+    path: str | os.PathLike,
+    *,
+    fps: float,
+    image_size: tuple[int, int] | None = None,
+    keypoint_set: str = "coco17",
+    category_id: int | None = None,
+    first_image_id: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Motion2D:
+    """Read COCO-style keypoint JSON into a single-view :class:`Motion2D`.
+
+    Args:
+        path: the JSON file.
+        fps: frame rate of the video.
+        image_size: ``(width, height)``; required unless the file has an ``images`` list
+            with sizes.
+        keypoint_set: set of the ``K`` keypoints (``keypoints`` has ``3 K`` numbers).
+        category_id: keep only this category (default: any).
+        first_image_id: results list only: the image id of frame 0 (default: the
+            smallest id). Without an ``images`` list, ``image_id`` is the frame number.
+        meta: merged into the clip's ``meta``.
+
+    Returns:
+        ``Motion2D`` with ``V = 1``. Annotations without ``score`` (ground truth) use
+        the COCO visibility flags: ``v > 0`` -> confidence 1.
+    """
+    anns, frames, T, size = _coco_frames(path, _read_json(path), first_image_id)
+    K = load_keypoint_set(keypoint_set).num_keypoints
+    acc = _BestPerFrame(T, K)
+    for i, a in enumerate(anns):
+        score, xy, conf = _coco_instance(path, i, a, K, keypoint_set)
+        if category_id is not None and a.get("category_id") != category_id:
+            continue
+        if a.get("image_id") not in frames:
+            img = a.get("image_id")
+            _fail(path, f"annotations[{i}].image_id", f"is {img!r}", "an id listed in 'images'")
+        acc.offer(frames[a["image_id"]], score, xy, conf)
+    return _finish(path, acc.kp, acc.conf, keypoint_set, fps, image_size or size, meta, "coco")
+
+
+# ----------------------------------------------------------------------------- mmpose
+def _mmpose_instance(
+    path, field: str, inst: Any, K: int, kset: str
+) -> tuple[float, np.ndarray, np.ndarray]:
+    """``(score, xy [K, 2], scores [K])`` of one mmpose instance; score = bbox_score or mean."""
+    if not isinstance(inst, dict) or "keypoints" not in inst or "keypoint_scores" not in inst:
+        expected = "{keypoints: [[x, y]] * K, keypoint_scores: [K]}"
+        _fail(path, field, "lacks keypoints/keypoint_scores", expected)
+    what = f"[x, y] for {K} keypoints of {kset}"
+    xy = _instance_array(path, field + ".keypoints", inst["keypoints"], (K, 2), what)
+    sc = _instance_array(
+        path, field + ".keypoint_scores", inst["keypoint_scores"], (K,), f"{K} scores"
+    )
+    s = inst.get("bbox_score")
+    if isinstance(s, list):
+        s = s[0] if s else None
+    return (float(s) if s is not None else float(np.nanmean(sc))), xy, sc
+
+
+def _mmpose_frames(path, data: Any, first_frame_id: int | None) -> tuple[list, list[int]]:
+    """The frame list and each entry's frame index (``frame_id - first``)."""
+    if isinstance(data, dict) and "instance_info" in data:
+        data = data["instance_info"]
+    ok = isinstance(data, list) and all(isinstance(f, dict) and "instances" in f for f in data)
+    if not ok or not data:
+        expected = "a non-empty list [{frame_id, instances: [...]}, ...]"
+        _fail(path, "instance_info", "is not a list of {frame_id, instances}", expected)
+    ids = [f.get("frame_id", i) for i, f in enumerate(data)]
+    if not all(isinstance(i, int) for i in ids):
+        _fail(path, "frame_id", "is not an integer", "integer frame ids")
+    first = min(ids) if first_frame_id is None else first_frame_id
+    for i, fid in enumerate(ids):
+        if fid < first:
+            _fail(
+                path, f"instance_info[{i}].frame_id", f"is {fid}", f"ids >= first_frame_id={first}"
+            )
+    return data, [fid - first for fid in ids]
+
+
+def load_mmpose_predictions(
+    path: str | os.PathLike,
+    *,
+    fps: float,
+    image_size: tuple[int, int],
+    keypoint_set: str = "coco17",
+    first_frame_id: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Motion2D:
+    """Read mmpose's per-frame prediction JSON into a single-view :class:`Motion2D`.
+
+    Args:
+        path: the JSON file: a list ``[{frame_id, instances}]`` or a dict with
+            ``instance_info`` holding that list.
+        fps: frame rate of the video.
+        image_size: ``(width, height)`` of the video.
+        keypoint_set: set of the ``K`` keypoints.
+        first_frame_id: ``frame_id`` of frame 0 (default: the smallest one); entries
+            without ``frame_id`` are numbered by position.
+        meta: merged into the clip's ``meta``.
+
+    Returns:
+        ``Motion2D`` with ``V = 1``; per frame the instance with the highest
+        ``bbox_score`` (else mean keypoint score) is kept.
+    """
+    data, frames = _mmpose_frames(path, _read_json(path), first_frame_id)
+    K = load_keypoint_set(keypoint_set).num_keypoints
+    acc = _BestPerFrame(max(frames) + 1, K)
+    for i, (t, frame) in enumerate(zip(frames, data, strict=True)):
+        for j, inst in enumerate(frame["instances"] or []):
+            field = f"instance_info[{i}].instances[{j}]"
+            acc.offer(t, *_mmpose_instance(path, field, inst, K, keypoint_set))
+    return _finish(path, acc.kp, acc.conf, keypoint_set, fps, image_size, meta, "mmpose")
+
+
+def load_keypoints_json(path: str | os.PathLike, **kwargs: Any) -> Motion2D:
+    """Dispatch to :func:`load_mmpose_predictions` or :func:`load_coco_keypoints` by the JSON's layout."""
+    data = _read_json(path)
+    first = data[0] if isinstance(data, list) and data else None
+    is_mmpose = (isinstance(data, dict) and "instance_info" in data) or (
+        isinstance(first, dict) and "instances" in first
+    )
+    if is_mmpose:
+        kwargs.pop("category_id", None)
+        kwargs.pop("first_image_id", None)
+        return load_mmpose_predictions(path, **kwargs)
+    kwargs.pop("first_frame_id", None)
+    return load_coco_keypoints(path, **kwargs)
+
+
+# ----------------------------------------------------------------------------- AIST++
+class _ArrayUnpickler(pickle.Unpickler):
+    """Unpickler that only builds numpy arrays and plain containers (no arbitrary code)."""
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy.core.multiarray", "scalar"),
+        ("numpy._core.multiarray", "scalar"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("builtins", "dict"),
+        ("builtins", "list"),
+        ("collections", "OrderedDict"),
+        ("numpy.core.numeric", "_frombuffer"),
+        ("numpy._core.numeric", "_frombuffer"),
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self._ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to load {module}.{name}")
+        return super().find_class(module, name)
+
+
+def _read_arrays(path: Path) -> dict[str, Any]:
+    """A pickle (numpy arrays only) or ``.npz`` file as a dict."""
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                return {k: z[k] for k in z.files}
+        with open(path, "rb") as f:
+            data = _ArrayUnpickler(f).load()
+    except FileNotFoundError:
+        _fail(path, "(file)", "does not exist", "an existing .pkl or .npz file")
+    except Exception as e:  # noqa: BLE001 - corrupt pickles fail in many ways
+        _fail(
+            path,
+            "(file)",
+            f"could not be read ({type(e).__name__}: {e})",
+            "a pickle of numpy arrays or an .npz",
+        )
+    if not isinstance(data, dict):
+        _fail(path, "(file)", f"holds a {type(data).__name__}", "a dict of arrays")
+    return data
+
+
+def _find(folder: Path, stem: str) -> Path:
+    for ext in (".pkl", ".npz"):
+        if (folder / f"{stem}{ext}").is_file():
+            return folder / f"{stem}{ext}"
+    _fail(
+        folder / f"{stem}.pkl", "(file)", "does not exist", f"{stem}.pkl or {stem}.npz in {folder}"
+    )
+
+
+def _aist_env(anno_dir: Path, seq_name: str) -> str:
+    mapping = anno_dir / "cameras" / "mapping.txt"
+    if not mapping.is_file():
+        _fail(
+            mapping,
+            "(file)",
+            "does not exist",
+            "cameras/mapping.txt with lines '<sequence> <setting>'",
+        )
+    for line in mapping.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == seq_name:
+            return parts[1]
+    _fail(mapping, seq_name, "is not listed", "a line '<sequence> <setting>' for the sequence")
+
+
+@dataclass
+class AistCamera:
+    """One AIST++ camera converted to our conventions (z-up metres, OpenCV camera frame)."""
+
+    name: str
+    R: np.ndarray  # [3, 3] world-to-camera
+    t: np.ndarray  # [3] metres
+    intrinsics: np.ndarray  # [4] fx, fy, cx, cy
+    size: tuple[int, int]
+
+
+def load_aist_cameras(path: str | os.PathLike, z_up: bool = True) -> list[AistCamera]:
+    """Read an AIST++ camera setting JSON (``[{name, size, matrix, rotation, translation, distortions}]``).
+
+    ``rotation`` is a Rodrigues vector, ``translation`` is in centimetres (converted to
+    metres), ``matrix`` the 3x3 intrinsics; distortions are ignored. With ``z_up`` the
+    world is turned from AIST++'s y-up to our z-up frame.
+    """
+    data = _read_json(path)
+    if not isinstance(data, list) or not data:
+        _fail(path, "(file)", "is not a non-empty list", "a list of camera dicts")
+    A = Y_UP_TO_Z_UP if z_up else np.eye(3)
+    cams = []
+    for i, c in enumerate(data):
+        for key in ("name", "size", "matrix", "rotation", "translation"):
+            if not isinstance(c, dict) or key not in c:
+                _fail(
+                    path,
+                    f"[{i}].{key}",
+                    "is missing",
+                    "name, size, matrix, rotation, translation per camera",
+                )
+        K = _instance_array(path, f"[{i}].matrix", c["matrix"], (3, 3), "3x3 intrinsics")
+        rvec = _instance_array(path, f"[{i}].rotation", c["rotation"], (3,), "a Rodrigues vector")
+        tvec = _instance_array(
+            path, f"[{i}].translation", c["translation"], (3,), "a translation in cm"
+        )
+        size = _instance_array(path, f"[{i}].size", c["size"], (2,), "(width, height)")
+        R = Rotation.from_rotvec(rvec).as_matrix() @ A.T
+        cams.append(
+            AistCamera(
+                str(c["name"]),
+                R,
+                tvec * AIST_CM_TO_M,
+                np.array([K[0, 0], K[1, 1], K[0, 2], K[1, 2]]),
+                (int(size[0]), int(size[1])),
+            )
+        )
+    return cams
+
+
+def _aist_keypoints3d(
+    anno_dir: Path, seq_name: str, use_optim: bool, A: np.ndarray, T: int
+) -> np.ndarray | None:
+    folder = anno_dir / "keypoints3d"
+    if not any((folder / f"{seq_name}{e}").is_file() for e in (".pkl", ".npz")):
+        return None
+    path = _find(folder, seq_name)
+    key = "keypoints3d_optim" if use_optim else "keypoints3d"
+    data = _read_arrays(path)
+    if key not in data:
+        _fail(path, key, "is missing", f"{key} [T, 17, 3] (cm)")
+    p = np.asarray(data[key], dtype=np.float64)
+    if p.shape != (T, 17, 3):
+        _fail(path, key, f"has shape {list(p.shape)}", f"[T, 17, 3] = [{T}, 17, 3]")
+    return (p @ A.T) * AIST_CM_TO_M
+
+
+def _aist_keypoints2d(kp_path: Path) -> np.ndarray:
+    data = _read_arrays(kp_path)
+    if "keypoints2d" not in data:
+        _fail(kp_path, "keypoints2d", "is missing", "keypoints2d [V, T, 17, 3]")
+    k2 = np.asarray(data["keypoints2d"], dtype=np.float64)
+    if k2.ndim != 4 or k2.shape[2:] != (17, 3):
+        _fail(kp_path, "keypoints2d", f"has shape {list(k2.shape)}", "[V, T, 17, 3] (x, y, score)")
+    return k2
+
+
+def _aist_select(cam_path: Path, cams: list[AistCamera], views: list[str] | None) -> list[int]:
+    """Indices of the kept views; they must share one image size."""
+    names = [c.name for c in cams]
+    if views is None:
+        keep = list(range(len(cams)))
+    else:
+        keep = [names.index(v) for v in views if v in names]
+        if len(keep) != len(views):
+            _fail(cam_path, "name", f"lacks some of {views}", f"views among {names}")
+    sizes = {cams[i].size for i in keep}
+    if len(sizes) != 1:
+        expected = "one image size (select views with views=[...])"
+        _fail(cam_path, "size", f"differs across views {sorted(sizes)}", expected)
+    return keep
+
+
+def load_aist(
+    anno_dir: str | os.PathLike,
+    seq_name: str,
+    *,
+    views: list[str] | None = None,
+    fps: float = AIST_FPS,
+    use_optim: bool = False,
+    z_up: bool = True,
+    meta: dict[str, Any] | None = None,
+) -> Motion2D:
+    """Read one AIST++ sequence (all or some views) into a multi-view :class:`Motion2D`.
+
+    Args:
+        anno_dir: AIST++ annotation folder (``keypoints2d/``, ``cameras/``, ``keypoints3d/``).
+        seq_name: sequence name, e.g. ``gWA_sFM_cAll_d27_mWA2_ch21``.
+        views: camera names to keep (e.g. ``["c01", "c05"]``; default all, file order).
+        fps: frame rate (AIST++: 60).
+        use_optim: read ``keypoints3d_optim`` instead of ``keypoints3d``.
+        z_up: convert the y-up AIST++ world to z-up (default; our convention).
+        meta: merged into the clip's ``meta``.
+
+    Returns:
+        ``Motion2D`` with ``V`` views, static cameras (metres) and, when
+        ``keypoints3d/<seq>`` exists, 3D ground truth in metres. Keypoints that are NaN
+        in the file get confidence 0.
+    """
+    anno_dir = Path(anno_dir)
+    kp_path = _find(anno_dir / "keypoints2d", seq_name)
+    k2 = _aist_keypoints2d(kp_path)
+    cam_path = anno_dir / "cameras" / f"{_aist_env(anno_dir, seq_name)}.json"
+    cams = load_aist_cameras(cam_path, z_up)
+    if len(cams) != k2.shape[0]:
+        expected = f"one per camera in {cam_path.name} ({len(cams)})"
+        _fail(kp_path, "keypoints2d", f"has {k2.shape[0]} views", expected)
+    keep = _aist_select(cam_path, cams, views)
+    k2 = k2[keep]
+    conf = np.nan_to_num(np.clip(k2[..., 2], 0.0, 1.0), nan=0.0)
+    conf[~np.isfinite(k2[..., :2]).all(-1)] = 0.0
+    A = Y_UP_TO_Z_UP if z_up else np.eye(3)
+    info = {"source": str(kp_path), "source_format": "aist++", "random_weights": False}
+    m = Motion2D(
+        keypoints=k2[..., :2].astype(np.float32),
+        confidence=conf.astype(np.float32),
+        keypoint_set="coco17",
+        fps=fps,
+        image_size=cams[keep[0]].size,
+        camera_R=np.stack([cams[i].R for i in keep])[:, None].astype(np.float32),
+        camera_t=np.stack([cams[i].t for i in keep])[:, None].astype(np.float32),
+        camera_intrinsics=np.stack([cams[i].intrinsics for i in keep])[:, None].astype(np.float32),
+        keypoints3d=_opt32(_aist_keypoints3d(anno_dir, seq_name, use_optim, A, k2.shape[1])),
+        meta={**info, "views": [cams[i].name for i in keep], **(meta or {})},
+    )
+    m.validate(kp_path)
+    return m
+
+
+def _opt32(x: np.ndarray | None) -> np.ndarray | None:
+    return None if x is None else x.astype(np.float32)
+
+
+# ----------------------------------------------------------------------------- mocap / 3D
+@dataclass
+class Keypoints3D:
+    """3D keypoints of a reference clip.
+
+    Attributes:
+        keypoints: ``[T, K, 3]`` world keypoints (metres, z-up), float32.
+        keypoint_set: name of the set.
+        character: character the clip belongs to (``humanoid``, ``dog``...).
+        fps: frames per second.
+        object3d: optional ``[T, 3]`` object positions.
+        source: file read.
+    """
+
+    keypoints: np.ndarray
+    keypoint_set: str
+    character: str
+    fps: float
+    object3d: np.ndarray | None = None
+    source: str = ""
+
+
+def _clip_kind(path: Path) -> str:
+    if read_kind(path) == "motion3d":
+        return "motion3d"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            files = set(z.files)
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"{path}: not a readable .npz clip ({type(e).__name__}: {e})") from None
+    if "local_rotation" in files:
+        return "cmu"
+    if "positions" in files:
+        return "dog"
+    raise ValueError(
+        f"{path}: unknown clip layout with keys {sorted(files)}; expected a CMU clip "
+        "(local_rotation), a dog clip (positions) or a Motion3D file"
+    )
+
+
+def motion3d_keypoints(m: Motion3D) -> np.ndarray:
+    """``[T, K, 3]`` keypoints of a :class:`Motion3D`: stored ones, else MuJoCo kinematic replay."""
+    if m.keypoints3d is not None:
+        return np.asarray(m.keypoints3d, dtype=np.float32)
+    from mimic2dm.characters.retarget import kinematic_replay
+
+    return np.asarray(kinematic_replay(m.character, m.qpos()), dtype=np.float32)
+
+
+def mocap_to_motion3d(path: str | os.PathLike) -> Motion3D:
+    """Retarget a shared mocap clip onto its character as a :class:`Motion3D` reference.
+
+    Human clips are retargeted exactly (``retarget_human``), dog clips by inverse
+    kinematics (``retarget_dog``); ``keypoints3d`` is the character's own keypoints
+    replayed from the retargeted ``qpos`` (consistent with ``dof_pos``).
+    """
+    import torch
+
+    from mimic2dm.characters import mocap, retarget
+
+    path = Path(path)
+    kind = _clip_kind(path)
+    if kind == "motion3d":
+        return load_motion3d(path)
+    if kind == "cmu":
+        clip, character = mocap.load_cmu_clip(path, dtype=torch.float64), "humanoid"
+        qpos = retarget.retarget_human(clip)
+    else:
+        clip, character = mocap.load_dog_clip(path, dtype=torch.float64), "dog"
+        qpos = retarget.retarget_dog(clip)
+    q = qpos.detach().cpu().numpy().astype(np.float64)
+    quat = q[:, [4, 5, 6, 3]]
+    quat /= np.linalg.norm(quat, axis=1, keepdims=True)
+    m = Motion3D(
+        character,
+        float(clip.fps),
+        q[:, :3],
+        quat,
+        q[:, 7:],
+        meta={"source": str(path), "retargeted": kind},
+    )
+    m.keypoints3d = retarget.kinematic_replay(character, q).astype(np.float32)
+    m.keypoint_set = _character_keypoint_set(character)
+    m.validate()
+    return m
+
+
+def load_mocap_keypoints(path: str | os.PathLike) -> Keypoints3D:
+    """3D keypoints of a shared mocap clip (``cmu_*.npz``, ``dog_*.npz``) or a Motion3D file.
+
+    Human clips give COCO-17 keypoints of the ``humanoid``; dog clips ``dog17``
+    keypoints of the ``dog`` (the characters' own keypoint definitions).
+
+    Raises:
+        ValueError / KeyError / FileNotFoundError naming the file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"clip not found: {path}")
+    kind = _clip_kind(path)
+    if kind == "motion3d":
+        m = load_motion3d(path)
+        kp = motion3d_keypoints(m)
+        kset = m.keypoint_set or _character_keypoint_set(m.character)
+        return Keypoints3D(kp, kset, m.character, m.fps, _opt32(m.object_pos), str(path))
+    from mimic2dm.characters import mocap
+
+    if kind == "cmu":
+        clip = mocap.load_cmu_clip(path)
+        kp, kset, character = mocap.human_keypoints(clip), "coco17", "humanoid"
+    else:
+        clip = mocap.load_dog_clip(path)
+        kp, kset, character = mocap.dog_keypoints(clip), "dog17", "dog"
+    return Keypoints3D(
+        kp.detach().cpu().numpy().astype(np.float32),
+        kset,
+        character,
+        float(clip.fps),
+        None,
+        str(path),
+    )
+
+
+def _character_keypoint_set(character: str) -> str:
+    from mimic2dm.characters.registry import load_character
+
+    return load_character(character).keypoint_set
