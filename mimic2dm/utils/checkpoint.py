@@ -1,0 +1,106 @@
+"""Atomic checkpoints and exact resume, shared by every training job.
+
+A checkpoint is one ``torch.save`` dict written to a temporary file in the same
+directory, flushed to disk, then renamed over the target: a crash at any moment leaves
+either the old or the new file, never a truncated one. RNG states (python, numpy,
+torch) travel in the checkpoint so that a resumed run continues the same stream.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically (temp file + fsync + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
+    """Load a checkpoint written by :func:`atomic_torch_save`; clear error if unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no checkpoint file")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
+        raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
+
+
+def rng_state() -> dict:
+    """Python, numpy and torch RNG states."""
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore :func:`rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+class CheckpointManager:
+    """``RUN_DIR/checkpoints/``: ``last.pt`` (every save), ``best.pt`` (best metric so far),
+    and ``step_<N>.pt`` snapshots of which the newest ``keep`` are kept."""
+
+    def __init__(self, run_dir: str | Path, keep: int = 3, higher_is_better: bool = True):
+        self.dir = Path(run_dir) / "checkpoints"
+        self.keep = keep
+        self.sign = 1.0 if higher_is_better else -1.0
+        self.best: float | None = None
+
+    @property
+    def last(self) -> Path:
+        return self.dir / "last.pt"
+
+    @property
+    def best_path(self) -> Path:
+        return self.dir / "best.pt"
+
+    def save(self, state: dict, step: int, metric: float | None = None, snapshot: bool = False) -> Path:
+        """Write ``last.pt`` (and ``best.pt`` when ``metric`` improves, ``step_<N>.pt`` when asked)."""
+        state = {**state, "step": step, "best_metric": self.best}
+        if metric is not None and (self.best is None or self.sign * metric > self.sign * self.best):
+            self.best = metric
+            state["best_metric"] = metric
+            atomic_torch_save(state, self.best_path)
+        atomic_torch_save(state, self.last)
+        if snapshot:
+            atomic_torch_save(state, self.dir / f"step_{step:09d}.pt")
+            for old in sorted(self.dir.glob("step_*.pt"))[: -self.keep]:
+                old.unlink()
+        return self.last
+
+    def load_last(self) -> dict | None:
+        """The last checkpoint (restoring the best metric seen), or None when there is none."""
+        if not self.last.is_file():
+            return None
+        state = load_checkpoint(self.last)
+        self.best = state.get("best_metric")
+        return state
