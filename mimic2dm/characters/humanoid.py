@@ -191,7 +191,7 @@ def humanoid_bodies() -> list[BodyDef]:
 
 
 _DEFAULTS = {
-    "joint": {"armature": 0.02, "damping": 0.0, "limited": "true"},
+    "joint": {"armature": 0.1, "damping": 0.0, "limited": "true"},
     "geom": {"condim": 3, "friction": (1.0, 0.005, 0.0001), "rgba": (0.8, 0.6, 0.4, 1)},
     "site": {"rgba": (1, 0, 0, 0.5), "group": 3},
 }

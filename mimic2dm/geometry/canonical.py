@@ -71,7 +71,7 @@ def _group_mean(x: torch.Tensor, m: torch.Tensor, idx: tuple[int, ...]) -> tuple
     return pts.mean(dim=1), ok
 
 
-def _fill_by_interpolation(v: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+def fill_by_interpolation(v: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     """Linearly interpolate rows of ``v [T, D]`` where ``ok [T]`` is False; hold the ends."""
     good = torch.nonzero(ok).flatten().numpy()
     if good.size in (0, v.shape[0]):
@@ -82,14 +82,16 @@ def _fill_by_interpolation(v: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     return torch.where(ok[:, None], v, torch.from_numpy(filled).to(v.dtype))
 
 
-def _root(x: torch.Tensor, m: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
+def root_2d(x: torch.Tensor, m: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
+    """Per-frame 2D root ``[T, 2]`` of ``x [T, K, 2]`` with mask ``m [T, K]``: mean of the root
+    keypoints where all are visible, interpolated in time elsewhere (never zero)."""
     r, ok = _group_mean(x, m, kset.root)
     if not ok.any():
         # no frame sees the root keypoints: fall back to the mean of what is visible
         w = m.to(x.dtype)[..., None]
         r = (x * w).sum(1) / w.sum(1).clamp_min(1.0)
         ok = m.any(dim=1)
-    return _fill_by_interpolation(r, ok)
+    return fill_by_interpolation(r, ok)
 
 
 def _windowed_median(v: torch.Tensor, ok: torch.Tensor, window: int) -> torch.Tensor:
@@ -100,7 +102,7 @@ def _windowed_median(v: torch.Tensor, ok: torch.Tensor, window: int) -> torch.Te
     padded = torch.cat([vals.new_full((half,), float("nan")), vals, vals.new_full((half,), float("nan"))])
     med = padded.unfold(0, 2 * half + 1, 1).nanmedian(dim=1).values[:T]
     has = ~torch.isnan(med)
-    return _fill_by_interpolation(torch.nan_to_num(med)[:, None], has)[:, 0]
+    return fill_by_interpolation(torch.nan_to_num(med)[:, None], has)[:, 0]
 
 
 def body_scale(x: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, window: int = 15) -> torch.Tensor:
@@ -140,7 +142,7 @@ def to_canonical(
     m = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else torch.as_tensor(mask).bool()
     m = m & torch.isfinite(x).all(-1)
     x = torch.where(m[..., None], x, torch.zeros_like(x))
-    r = _root(x, m, kset)
+    r = root_2d(x, m, kset)
     s = body_scale(x, m, kset, window)
     local = torch.where(m[..., None], (x - r[:, None]) / s[:, None, None], torch.zeros_like(x))
     return CanonicalMotion(

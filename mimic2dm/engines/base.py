@@ -1,0 +1,418 @@
+"""The engine interface: every call a task makes on a simulator, and nothing else.
+
+Tasks see torch tensors ``[num_envs, ...]`` (float32, xyzw quaternions, z-up world, one
+body order: the character's MJCF body order), never a simulator handle. Public methods
+of :class:`Engine` validate and convert their arguments, then call the ``_``-prefixed
+methods a backend implements (ProtoMotions style), so every backend gets the same
+checks and error messages.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from mimic2dm.characters import CharacterSpec
+
+_DT_TOL = 1e-9
+"""Relative tolerance for ``control_dt / physics_dt`` to count as an integer."""
+
+
+@dataclass
+class SimState:
+    """Full simulator state of a batch of envs; enough to reproduce them exactly.
+
+    Every tensor is float32 with leading dimension ``N`` (number of envs held).
+    Velocities are in the **world frame**: ``root_ang_vel`` is the angular velocity of
+    the root body expressed in world axes (MuJoCo keeps it in the body frame; engines
+    convert), ``root_lin_vel`` the velocity of the root body's origin.
+
+    Attributes:
+        root_pos: ``[N, 3]`` root body position (m).
+        root_rot: ``[N, 4]`` root body orientation, xyzw.
+        root_lin_vel: ``[N, 3]`` root linear velocity, world frame (m/s).
+        root_ang_vel: ``[N, 3]`` root angular velocity, world frame (rad/s).
+        dof_pos: ``[N, J]`` joint angles in ``dof_names`` order (rad).
+        dof_vel: ``[N, J]`` joint velocities (rad/s).
+        object_pos: ``[N, O, 3]`` object body positions (``O`` may be 0).
+        object_rot: ``[N, O, 4]`` object orientations, xyzw.
+        object_lin_vel: ``[N, O, 3]`` object linear velocities, world frame.
+        object_ang_vel: ``[N, O, 3]`` object angular velocities, world frame.
+    """
+
+    root_pos: torch.Tensor
+    root_rot: torch.Tensor
+    root_lin_vel: torch.Tensor
+    root_ang_vel: torch.Tensor
+    dof_pos: torch.Tensor
+    dof_vel: torch.Tensor
+    object_pos: torch.Tensor
+    object_rot: torch.Tensor
+    object_lin_vel: torch.Tensor
+    object_ang_vel: torch.Tensor
+
+    @property
+    def num_envs(self) -> int:
+        """Number of envs ``N`` held."""
+        return self.root_pos.shape[0]
+
+    def index(self, env_ids: torch.Tensor | slice) -> SimState:
+        """States of a subset of envs (``env_ids`` LongTensor ``[M]``, bool ``[N]`` or slice)."""
+        return SimState(
+            **{f.name: getattr(self, f.name)[env_ids] for f in dataclasses.fields(self)}
+        )
+
+    def clone(self) -> SimState:
+        """Deep copy."""
+        return SimState(**{f.name: getattr(self, f.name).clone() for f in dataclasses.fields(self)})
+
+    def repeat(self, n: int) -> SimState:
+        """``N == 1`` state tiled to ``n`` envs."""
+        return SimState(
+            **{
+                f.name: getattr(self, f.name).expand(n, *getattr(self, f.name).shape[1:]).clone()
+                for f in dataclasses.fields(self)
+            }
+        )
+
+    @staticmethod
+    def shapes(num_dofs: int, num_objects: int) -> dict[str, tuple[int, ...]]:
+        """Expected per-env shapes (without ``N``) of every field."""
+        o = num_objects
+        return {
+            "root_pos": (3,), "root_rot": (4,), "root_lin_vel": (3,), "root_ang_vel": (3,),
+            "dof_pos": (num_dofs,), "dof_vel": (num_dofs,),
+            "object_pos": (o, 3), "object_rot": (o, 4), "object_lin_vel": (o, 3),
+            "object_ang_vel": (o, 3),
+        }  # fmt: skip
+
+
+@dataclass(frozen=True)
+class EngineLayout:
+    """Names (and so sizes and orders) of everything an engine reports.
+
+    Attributes:
+        dof_names: ``J`` actuated joints, action order.
+        body_names: ``B`` character bodies, MJCF order (root first).
+        keypoint_names: ``K`` keypoints, keypoint-set order.
+        contact_names: ``C`` bodies with contact flags.
+        object_names: ``O`` props, in the order they were passed.
+    """
+
+    dof_names: tuple[str, ...]
+    body_names: tuple[str, ...]
+    keypoint_names: tuple[str, ...]
+    contact_names: tuple[str, ...]
+    object_names: tuple[str, ...]
+
+
+def substeps_for(control_dt: float, physics_dt: float) -> int:
+    """Physics steps per control step; raises unless ``control_dt`` is a multiple of ``physics_dt``.
+
+    Args:
+        control_dt: policy period (s), e.g. 1/30.
+        physics_dt: simulator timestep (s), e.g. 1/60.
+
+    Returns:
+        ``round(control_dt / physics_dt)`` (>= 1).
+    """
+    for name, v in (("control_dt", control_dt), ("physics_dt", physics_dt)):
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be a positive number of seconds, got {v!r}")
+    ratio = control_dt / physics_dt
+    n = round(ratio)
+    if n < 1 or abs(ratio - n) > _DT_TOL * max(1.0, ratio):
+        raise ValueError(
+            f"control_dt ({control_dt!r} s) must be a whole multiple (>= 1) of physics_dt "
+            f"({physics_dt!r} s); got control_dt / physics_dt = {ratio!r}"
+        )
+    return n
+
+
+def resolve_character(character: str | CharacterSpec) -> CharacterSpec:
+    """A :class:`CharacterSpec` from a registry name or a spec.
+
+    Raises:
+        KeyError: ``character`` names no registered character; lists the valid names.
+    """
+    if not isinstance(character, str):
+        return character
+    from mimic2dm.characters import load_character
+
+    try:
+        return load_character(character)
+    except KeyError as err:
+        raise KeyError(f"character: {err.args[0]}") from None
+
+
+class Engine(abc.ABC):
+    """``num_envs`` copies of one character (plus optional props) simulated in lockstep.
+
+    A control step (:meth:`step`) advances every env by ``control_dt`` = ``substeps``
+    physics steps of ``physics_dt``, with the PD targets held fixed. Backends implement
+    the ``_``-prefixed methods; they receive validated float32 CPU-or-device tensors.
+
+    Args:
+        character: registry name (``"humanoid"``) or a ``CharacterSpec``.
+        num_envs: number of parallel envs ``N``.
+        objects: prop names (``"ball"``) simulated in every env.
+        control_dt: policy period (s); a whole multiple of ``physics_dt``.
+        physics_dt: simulator timestep (s).
+    """
+
+    device: torch.device = torch.device("cpu")
+
+    def __init__(
+        self,
+        character: str | CharacterSpec,
+        num_envs: int,
+        objects: Sequence[str] = (),
+        *,
+        control_dt: float = 1.0 / 30.0,
+        physics_dt: float = 1.0 / 60.0,
+    ):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if isinstance(objects, str):
+            raise TypeError(f"objects must be a sequence of names, got the string {objects!r}")
+        self.substeps = substeps_for(control_dt, physics_dt)
+        self.control_dt = float(control_dt)
+        self.physics_dt = float(physics_dt)
+        self.num_envs = num_envs
+        self.character = resolve_character(character)
+        self.objects = tuple(objects)
+        self.layout = self._build()
+        self._default = self._default_state()
+        # Every engine starts with all envs in the default state.
+        self._reset(torch.arange(num_envs, device=self.device), self.default_state())
+
+    # ------------------------------------------------------------------ sizes and names
+    @property
+    def dof_names(self) -> tuple[str, ...]:
+        return self.layout.dof_names
+
+    @property
+    def body_names(self) -> tuple[str, ...]:
+        return self.layout.body_names
+
+    @property
+    def keypoint_names(self) -> tuple[str, ...]:
+        return self.layout.keypoint_names
+
+    @property
+    def contact_names(self) -> tuple[str, ...]:
+        return self.layout.contact_names
+
+    @property
+    def object_names(self) -> tuple[str, ...]:
+        return self.layout.object_names
+
+    @property
+    def num_dofs(self) -> int:
+        return len(self.layout.dof_names)
+
+    @property
+    def num_bodies(self) -> int:
+        return len(self.layout.body_names)
+
+    @property
+    def num_keypoints(self) -> int:
+        return len(self.layout.keypoint_names)
+
+    @property
+    def num_contacts(self) -> int:
+        return len(self.layout.contact_names)
+
+    @property
+    def num_objects(self) -> int:
+        return len(self.layout.object_names)
+
+    # ------------------------------------------------------------------ control
+    def set_pd_targets(self, targets: torch.Tensor) -> None:
+        """Set the PD position targets held during the next control steps.
+
+        Args:
+            targets: ``[N, J]`` joint angle targets (rad), ``dof_names`` order; clipped
+                to the joint ranges by the simulator.
+        """
+        targets = self._check_tensor("targets", targets, (self.num_envs, self.num_dofs))
+        if not bool(torch.isfinite(targets).all()):
+            raise ValueError("targets contain NaN or inf")
+        self._set_pd_targets(targets)
+
+    def step(self, targets: torch.Tensor | None = None) -> None:
+        """Advance every env by one control step (``substeps`` physics steps).
+
+        Args:
+            targets: optional ``[N, J]`` PD targets to set first (see :meth:`set_pd_targets`).
+        """
+        if targets is not None:
+            self.set_pd_targets(targets)
+        self._step()
+
+    # ------------------------------------------------------------------ read-out
+    def get_state(self) -> SimState:
+        """Full state of all envs (root, dofs, objects), world-frame velocities."""
+        return self._get_state()
+
+    def get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Character body poses.
+
+        Returns:
+            ``pos [N, B, 3]`` and ``rot [N, B, 4]`` (xyzw) of the bodies in ``body_names`` order.
+        """
+        return self._get_body_poses()
+
+    def get_keypoints(self) -> torch.Tensor:
+        """World positions ``[N, K, 3]`` of the keypoint sites, ``keypoint_names`` order."""
+        return self._get_keypoints()
+
+    def get_contacts(self) -> torch.Tensor:
+        """Contact flags ``[N, C]`` (float32, 1.0 = touching) of ``contact_names`` bodies."""
+        return self._get_contacts()
+
+    def get_dof_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Joint limits ``lower [J]``, ``upper [J]`` (rad), also the PD target range."""
+        rng = torch.tensor(self.character.joint_range, dtype=torch.float32)
+        return rng[:, 0].clone(), rng[:, 1].clone()
+
+    # ------------------------------------------------------------------ reset
+    def default_state(self, n: int | None = None) -> SimState:
+        """The character's standing pose (objects at their spawn poses), at rest.
+
+        Args:
+            n: number of envs to tile to (default ``num_envs``).
+        """
+        return self._default.repeat(self.num_envs if n is None else n)
+
+    def reset(self, env_ids: torch.Tensor | None = None, state: SimState | None = None) -> None:
+        """Set envs to full states; untouched envs are not affected.
+
+        PD targets of the reset envs become their ``dof_pos`` (hold the pose).
+
+        Args:
+            env_ids: ``[M]`` LongTensor of distinct env indices (default: all envs).
+            state: ``SimState`` with ``M`` envs, row ``i`` for ``env_ids[i]``
+                (default: :meth:`default_state`).
+        """
+        env_ids = self._check_env_ids(env_ids)
+        if env_ids.numel() == 0:
+            return
+        state = (
+            self.default_state(env_ids.numel())
+            if state is None
+            else self._check_state(state, env_ids.numel())
+        )
+        self._reset(env_ids, state)
+
+    def nonfinite_envs(self) -> torch.Tensor:
+        """``[N]`` bool: envs whose state holds NaN, inf or a diverged (> 1e10) value."""
+        return self._nonfinite_envs()
+
+    def reset_nonfinite(self) -> torch.Tensor:
+        """Reset the envs flagged by :meth:`nonfinite_envs` to the default state.
+
+        Returns:
+            ``[M]`` LongTensor of the envs that were reset (possibly empty).
+        """
+        env_ids = torch.nonzero(self.nonfinite_envs()).flatten()
+        if env_ids.numel():
+            self._reset(env_ids, self.default_state(env_ids.numel()))
+        return env_ids
+
+    def close(self) -> None:
+        """Release simulator resources (threads, memory); the engine is unusable after."""
+        self._close()
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ validation helpers
+    def _check_tensor(self, name: str, x, shape: tuple[int, ...]) -> torch.Tensor:
+        """``x`` as a float32 tensor on ``self.device``; raises naming ``name`` and ``shape``."""
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor of shape {list(shape)}, got {type(x).__name__}"
+            )
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must have shape {list(shape)}, got {list(x.shape)}")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+        return x.to(device=self.device, dtype=torch.float32)
+
+    def _check_env_ids(self, env_ids: torch.Tensor | None) -> torch.Tensor:
+        if env_ids is None:
+            return torch.arange(self.num_envs, device=self.device)
+        if (
+            not isinstance(env_ids, torch.Tensor)
+            or env_ids.dtype != torch.long
+            or env_ids.dim() != 1
+        ):
+            got = (
+                f"{env_ids.dtype} {list(env_ids.shape)}"
+                if isinstance(env_ids, torch.Tensor)
+                else type(env_ids).__name__
+            )
+            raise TypeError(f"env_ids must be a 1-D LongTensor [M], got {got}")
+        if env_ids.numel() and (int(env_ids.min()) < 0 or int(env_ids.max()) >= self.num_envs):
+            raise ValueError(f"env_ids must be in [0, {self.num_envs}), got {env_ids.tolist()}")
+        if torch.unique(env_ids).numel() != env_ids.numel():
+            raise ValueError(f"env_ids must be distinct, got {env_ids.tolist()}")
+        return env_ids.to(self.device)
+
+    def _check_state(self, state: SimState, m: int) -> SimState:
+        if not isinstance(state, SimState):
+            raise TypeError(f"state must be a SimState, got {type(state).__name__}")
+        out = {}
+        for name, shape in SimState.shapes(self.num_dofs, self.num_objects).items():
+            out[name] = self._check_tensor(f"state.{name}", getattr(state, name), (m, *shape))
+        return SimState(**out)
+
+    # ------------------------------------------------------------------ backend hooks
+    @abc.abstractmethod
+    def _build(self) -> EngineLayout:
+        """Create the simulation (``num_envs``, ``character``, ``objects``, dts are set)."""
+
+    @abc.abstractmethod
+    def _default_state(self) -> SimState:
+        """Default state of one env (``N == 1``)."""
+
+    @abc.abstractmethod
+    def _set_pd_targets(self, targets: torch.Tensor) -> None:
+        """``targets [N, J]`` float32, validated."""
+
+    @abc.abstractmethod
+    def _step(self) -> None:
+        """Advance all envs by ``substeps`` physics steps."""
+
+    @abc.abstractmethod
+    def _get_state(self) -> SimState: ...
+
+    @abc.abstractmethod
+    def _get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    @abc.abstractmethod
+    def _get_keypoints(self) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _get_contacts(self) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _reset(self, env_ids: torch.Tensor, state: SimState) -> None:
+        """``env_ids [M]`` distinct, in range; ``state`` validated float32 with ``M`` envs."""
+
+    @abc.abstractmethod
+    def _nonfinite_envs(self) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...

@@ -1,0 +1,371 @@
+"""Batched MuJoCo on CPU: one ``MjModel``, ``N`` simulations stepped on a thread pool.
+
+Built on ``mujoco.batch.Batch`` (MuJoCo >= 3.17): the integration state of every env is
+one row of a C-owned ``[N, nstate]`` float64 array, and ``Batch.step`` runs
+``substeps`` ``mj_step`` calls per env on ``num_threads`` threads (the caller's thread
+included) with the GIL released. Nothing on the hot path loops over envs in Python:
+a control step is one vectorised write of the PD targets into the ``ctrl`` view, one
+``Batch.step`` call, and read-outs are one gather + float32 cast of a bound array.
+
+``step`` asks the batch for ``mjSTAGE_VEL`` at the new state, so positions (keypoints,
+body poses) describe the state after the step, exactly as ``mj_kinematics`` would;
+with ``persistent=True`` (one ``MjData`` per env) the next step resumes from that stage,
+so it costs nothing extra. Touch sensors are acceleration-stage quantities and so
+describe the contacts of the last physics substep (``physics_dt`` old).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import mujoco
+import numpy as np
+import torch
+from mujoco import batch as mj_batch
+
+from mimic2dm.engines.base import Engine, EngineLayout, SimState
+from mimic2dm.geometry.rotations import quat_rotate, quat_rotate_inverse, wxyz_to_xyzw, xyzw_to_wxyz
+
+if TYPE_CHECKING:
+    from mimic2dm.characters import CharacterSpec
+
+_DIVERGED = 1e10
+"""MuJoCo's own ``mjMAXVAL``: a qpos/qvel entry above it counts as diverged."""
+
+_VEL = mujoco.mjtStage.mjSTAGE_VEL
+_ACC = mujoco.mjtStage.mjSTAGE_ACC
+
+
+def default_num_threads() -> int:
+    """CPU cores this process may run on."""
+    return (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
+
+
+def _cols(idx: Sequence[int]) -> slice | np.ndarray:
+    """A slice when ``idx`` is a run of consecutive ints (a view, no gather), else an index array."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if idx.size and np.array_equal(idx, np.arange(idx[0], idx[0] + idx.size)):
+        return slice(int(idx[0]), int(idx[0]) + idx.size)
+    return idx
+
+
+@dataclass(frozen=True)
+class SceneIndex:
+    """Where each reported quantity lives in a compiled scene.
+
+    Attributes:
+        root_qpos: ``[7]`` qpos columns of the character's freejoint (pos, quat wxyz).
+        root_qvel: ``[6]`` qvel columns (linear world, angular body frame).
+        dof_qpos: ``J`` qpos columns, ``dof_names`` order.
+        dof_qvel: ``J`` qvel columns.
+        dof_ctrl: ``J`` ctrl columns (the position actuator of each dof).
+        obj_qpos: ``[O, 7]`` qpos columns per object freejoint.
+        obj_qvel: ``[O, 6]`` qvel columns.
+        body_ids: ``B`` character body ids, ``body_names`` order.
+        keypoint_cols: ``3K`` sensordata columns of the keypoint ``framepos`` sensors.
+        touch_cols: ``C`` sensordata columns of the contact-body touch sensors.
+    """
+
+    root_qpos: np.ndarray
+    root_qvel: np.ndarray
+    dof_qpos: slice | np.ndarray
+    dof_qvel: slice | np.ndarray
+    dof_ctrl: slice | np.ndarray
+    obj_qpos: np.ndarray
+    obj_qvel: np.ndarray
+    body_ids: slice | np.ndarray
+    keypoint_cols: slice | np.ndarray
+    touch_cols: slice | np.ndarray
+
+    @staticmethod
+    def build(model: mujoco.MjModel, spec: CharacterSpec, objects: Sequence[str]) -> SceneIndex:
+        """Look every name of ``spec`` and ``objects`` up in ``model``; raise on anything missing."""
+        root_q, root_v = _free_joint(model, spec.root_body)
+        dof_q, dof_v, dof_c = [], [], []
+        for name in spec.dof_names:
+            jid = _id(model, mujoco.mjtObj.mjOBJ_JOINT, name, "joint (from dof_names)")
+            if model.jnt_type[jid] not in (
+                int(mujoco.mjtJoint.mjJNT_HINGE),
+                int(mujoco.mjtJoint.mjJNT_SLIDE),
+            ):
+                raise ValueError(f"dof {name!r} must be a hinge or slide joint")
+            dof_q.append(model.jnt_qposadr[jid])
+            dof_v.append(model.jnt_dofadr[jid])
+            dof_c.append(_actuator_of(model, jid, name))
+        obj = [_free_joint(model, o) for o in objects]
+        body_ids = [_id(model, mujoco.mjtObj.mjOBJ_BODY, b, "body") for b in spec.body_names]
+        return SceneIndex(
+            root_qpos=root_q, root_qvel=root_v,
+            dof_qpos=_cols(dof_q), dof_qvel=_cols(dof_v), dof_ctrl=_cols(dof_c),
+            obj_qpos=np.array([q for q, _ in obj], dtype=np.int64).reshape(len(obj), 7),
+            obj_qvel=np.array([v for _, v in obj], dtype=np.int64).reshape(len(obj), 6),
+            body_ids=_cols(body_ids),
+            keypoint_cols=_cols(_keypoint_cols(model, spec.keypoint_sites)),
+            touch_cols=_cols(_touch_cols(model, spec.contact_bodies)),
+        )  # fmt: skip
+
+
+def _id(model: mujoco.MjModel, kind: mujoco.mjtObj, name: str, what: str) -> int:
+    i = mujoco.mj_name2id(model, kind, name)
+    if i < 0:
+        raise ValueError(f"scene has no {what} named {name!r}")
+    return i
+
+
+def _free_joint(model: mujoco.MjModel, body: str) -> tuple[np.ndarray, np.ndarray]:
+    """qpos ``[7]`` and qvel ``[6]`` columns of the freejoint of ``body``."""
+    bid = _id(model, mujoco.mjtObj.mjOBJ_BODY, body, "body")
+    jid = model.body_jntadr[bid]
+    if model.body_jntnum[bid] < 1 or model.jnt_type[jid] != int(mujoco.mjtJoint.mjJNT_FREE):
+        raise ValueError(f"body {body!r} must carry a freejoint as its first joint")
+    q, v = model.jnt_qposadr[jid], model.jnt_dofadr[jid]
+    return np.arange(q, q + 7), np.arange(v, v + 6)
+
+
+def _actuator_of(model: mujoco.MjModel, jid: int, name: str) -> int:
+    hits = np.flatnonzero(
+        (model.actuator_trntype == int(mujoco.mjtTrn.mjTRN_JOINT))
+        & (model.actuator_trnid[:, 0] == jid)
+    )
+    if hits.size != 1:
+        raise ValueError(f"dof {name!r} must be driven by exactly one actuator, found {hits.size}")
+    return int(hits[0])
+
+
+def _sensor_on_site(model: mujoco.MjModel, kind: mujoco.mjtSensor, site_id: int) -> int | None:
+    """sensordata address of the first ``kind`` sensor on site ``site_id``, or None."""
+    hits = np.flatnonzero(
+        (model.sensor_type == int(kind))
+        & (model.sensor_objtype == int(mujoco.mjtObj.mjOBJ_SITE))
+        & (model.sensor_objid == site_id)
+    )
+    return int(model.sensor_adr[hits[0]]) if hits.size else None
+
+
+def _keypoint_cols(model: mujoco.MjModel, sites: Sequence[str]) -> list[int]:
+    """``3K`` sensordata columns of the ``framepos`` sensors on the keypoint sites, in order."""
+    cols = []
+    for site in sites:
+        sid = _id(model, mujoco.mjtObj.mjOBJ_SITE, site, "keypoint site")
+        adr = _sensor_on_site(model, mujoco.mjtSensor.mjSENS_FRAMEPOS, sid)
+        if adr is None:
+            raise ValueError(
+                f"scene has no framepos sensor on keypoint site {site!r}; "
+                "build it with with_sensors=True"
+            )
+        cols.extend(range(adr, adr + 3))
+    return cols
+
+
+def _touch_cols(model: mujoco.MjModel, bodies: Sequence[str]) -> list[int]:
+    """``C`` sensordata columns of a touch sensor on a site of each contact body."""
+    cols = []
+    for body in bodies:
+        bid = _id(model, mujoco.mjtObj.mjOBJ_BODY, body, "contact body")
+        adrs = [
+            _sensor_on_site(model, mujoco.mjtSensor.mjSENS_TOUCH, int(site))
+            for site in np.flatnonzero(model.site_bodyid == bid)
+        ]
+        adrs = [a for a in adrs if a is not None]
+        if not adrs:
+            raise ValueError(
+                f"scene has no touch sensor on a site of contact body {body!r}; "
+                "build it with with_sensors=True"
+            )
+        cols.append(adrs[0])
+    return cols
+
+
+class MujocoEngine(Engine):
+    """MuJoCo CPU backend (see module docstring).
+
+    Args:
+        character: registry name or ``CharacterSpec``.
+        num_envs: number of parallel envs.
+        objects: prop names (``"ball"``).
+        control_dt: policy period (s), a whole multiple of ``physics_dt``.
+        physics_dt: MuJoCo timestep (s); overrides the scene's.
+        num_threads: worker threads (default: the cores this process may use).
+        scene_xml: MJCF to simulate instead of ``build_scene_xml(character, objects)``;
+            it must contain the character's names, one actuator per dof and the
+            keypoint ``framepos`` / contact ``touch`` sensors.
+        persistent: keep one ``MjData`` per env (exact read-outs at no extra cost; ~0.35 MB per env for
+            the humanoid) instead of one per thread.
+    """
+
+    def __init__(
+        self,
+        character: str | CharacterSpec,
+        num_envs: int,
+        objects: Sequence[str] = (),
+        *,
+        control_dt: float = 1.0 / 30.0,
+        physics_dt: float = 1.0 / 60.0,
+        num_threads: int | None = None,
+        scene_xml: str | None = None,
+        persistent: bool = True,
+    ):
+        num_threads = default_num_threads() if num_threads is None else num_threads
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
+            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
+        self.num_threads = num_threads
+        self.persistent = persistent
+        self.scene_xml = scene_xml
+        super().__init__(character, num_envs, objects, control_dt=control_dt, physics_dt=physics_dt)
+
+    # ------------------------------------------------------------------ construction
+    def _build(self) -> EngineLayout:
+        if self.scene_xml is None:
+            from mimic2dm.characters import build_scene_xml
+
+            self.scene_xml = build_scene_xml(
+                self.character, self.objects, physics_dt=self.physics_dt
+            )
+        model = mujoco.MjModel.from_xml_string(self.scene_xml)
+        model.opt.timestep = self.physics_dt
+        # Keep divergence visible as NaN (nonfinite_envs) instead of MuJoCo silently
+        # teleporting the env back to qpos0 in the middle of an episode.
+        model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_AUTORESET
+        self.model = model
+        self.index = SceneIndex.build(model, self.character, self.objects)
+        self._batch = mj_batch.Batch(model, self.num_envs, self.num_threads, self.persistent)
+        self._batch.reset()
+        self._clean_row = self._batch.state[0].copy()  # time 0, qpos0, zero vel/ctrl/warmstart
+        b = self._batch
+        self._qpos, self._qvel, self._ctrl = b.bind("qpos"), b.bind("qvel"), b.bind("ctrl")
+        self._sensordata, self._xpos, self._xquat = (
+            b.bind("sensordata"),
+            b.bind("xpos"),
+            b.bind("xquat"),
+        )
+        spec = self.character
+        return EngineLayout(
+            dof_names=tuple(spec.dof_names),
+            body_names=tuple(spec.body_names),
+            keypoint_names=tuple(spec.keypoint_names),
+            contact_names=tuple(spec.contact_bodies),
+            object_names=tuple(self.objects),
+        )
+
+    def _default_state(self) -> SimState:
+        pose = self.character.default_pose
+        qpos0 = torch.from_numpy(self.model.qpos0.copy())
+        o = self.num_objects
+        f32 = torch.float32
+
+        def t(x) -> torch.Tensor:
+            return torch.from_numpy(np.array(x, dtype=np.float32)).unsqueeze(0)
+
+        obj_q = qpos0[torch.from_numpy(self.index.obj_qpos)].reshape(1, o, 7).to(f32)
+        return SimState(
+            root_pos=t(pose.root_pos), root_rot=t(pose.root_quat),
+            root_lin_vel=torch.zeros(1, 3), root_ang_vel=torch.zeros(1, 3),
+            dof_pos=t(pose.dof_pos), dof_vel=torch.zeros(1, self.num_dofs),
+            object_pos=obj_q[..., :3].clone(), object_rot=wxyz_to_xyzw(obj_q[..., 3:]),
+            object_lin_vel=torch.zeros(1, o, 3), object_ang_vel=torch.zeros(1, o, 3),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ hot path
+    def _set_pd_targets(self, targets: torch.Tensor) -> None:
+        # One vectorised float32 -> float64 write into the ctrl columns of the state rows.
+        self._ctrl[:, self.index.dof_ctrl] = targets.cpu().numpy()
+
+    def _step(self) -> None:
+        try:
+            self._batch.step(nstep=self.substeps, stage=_VEL)
+        except mj_batch.SimulationError as err:
+            # Those envs kept their previous state; flag them as diverged so the task
+            # resets them (reset_nonfinite) instead of the whole run dying.
+            warnings.warn(
+                f"MuJoCo failed in envs {err.ids.tolist()}: {err}", RuntimeWarning, stacklevel=3
+            )
+            self._qpos[err.ids] = np.nan
+
+    def _get_keypoints(self) -> torch.Tensor:
+        kp = self._sensordata[:, self.index.keypoint_cols].astype(np.float32)
+        return torch.from_numpy(kp).view(self.num_envs, self.num_keypoints, 3)
+
+    def _get_contacts(self) -> torch.Tensor:
+        return torch.from_numpy(
+            (self._sensordata[:, self.index.touch_cols] > 0.0).astype(np.float32)
+        )
+
+    def _get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = self.index.body_ids
+        pos = torch.from_numpy(self._xpos[:, ids].astype(np.float32))
+        rot = wxyz_to_xyzw(torch.from_numpy(self._xquat[:, ids].astype(np.float32)))
+        return pos, rot
+
+    def _get_state(self) -> SimState:
+        ix = self.index
+        qpos, qvel = torch.from_numpy(self._qpos), torch.from_numpy(self._qvel)  # float64 views
+        root_q = qpos[:, ix.root_qpos]
+        root_rot = wxyz_to_xyzw(root_q[:, 3:])
+        root_v = qvel[:, ix.root_qvel]
+        obj_q = qpos[:, torch.from_numpy(ix.obj_qpos)]  # [N, O, 7]
+        obj_v = qvel[:, torch.from_numpy(ix.obj_qvel)]  # [N, O, 6]
+        obj_rot = wxyz_to_xyzw(obj_q[..., 3:])
+        f32 = torch.float32
+        # MuJoCo's freejoint angular velocity is in the body frame; report world frame.
+        return SimState(
+            root_pos=root_q[:, :3].to(f32), root_rot=root_rot.to(f32),
+            root_lin_vel=root_v[:, :3].to(f32), root_ang_vel=quat_rotate(root_rot, root_v[:, 3:]).to(f32),
+            dof_pos=qpos[:, ix.dof_qpos].to(f32), dof_vel=qvel[:, ix.dof_qvel].to(f32),
+            object_pos=obj_q[..., :3].to(f32), object_rot=obj_rot.to(f32),
+            object_lin_vel=obj_v[..., :3].to(f32), object_ang_vel=quat_rotate(obj_rot, obj_v[..., 3:]).to(f32),
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ reset
+    def _reset(self, env_ids: torch.Tensor, state: SimState) -> None:
+        ix, m = self.index, env_ids.numel()
+        s = {k: v.to(torch.float64) for k, v in vars(state).items()}  # exact for float32 inputs
+        qpos = np.repeat(self.model.qpos0[None], m, axis=0)
+        qvel = np.zeros((m, self.model.nv))
+        qpos[:, ix.root_qpos] = torch.cat([s["root_pos"], xyzw_to_wxyz(s["root_rot"])], -1).numpy()
+        qvel[:, ix.root_qvel] = torch.cat(
+            [s["root_lin_vel"], quat_rotate_inverse(s["root_rot"], s["root_ang_vel"])], -1
+        ).numpy()
+        qpos[:, ix.dof_qpos] = s["dof_pos"].numpy()
+        qvel[:, ix.dof_qvel] = s["dof_vel"].numpy()
+        if self.num_objects:
+            qpos[:, ix.obj_qpos] = torch.cat(
+                [s["object_pos"], xyzw_to_wxyz(s["object_rot"])], -1
+            ).numpy()
+            ang = quat_rotate_inverse(s["object_rot"], s["object_ang_vel"])
+            qvel[:, ix.obj_qvel] = torch.cat([s["object_lin_vel"], ang], -1).numpy()
+        ids = env_ids.cpu().numpy()
+        # Whole rows: time, warmstart, applied forces and ctrl start clean, so a reset
+        # env carries nothing over from its previous episode.
+        self._batch.state[ids] = self._clean_row
+        self._qpos[ids] = qpos
+        self._qvel[ids] = qvel
+        ctrl = np.zeros((m, self.model.nu))
+        ctrl[:, ix.dof_ctrl] = s["dof_pos"].numpy()  # hold the pose
+        self._ctrl[ids] = ctrl
+        # Full forward: keypoints, body poses and touch sensors of the new state.
+        self._batch.forward(np.sort(ids).astype(np.int32), stage=_ACC)
+
+    def _nonfinite_envs(self) -> torch.Tensor:
+        # `not (max < bound)` is True for NaN as well as for inf and huge values.
+        bad = ~(np.abs(self._qpos).max(axis=1) < _DIVERGED) | ~(
+            np.abs(self._qvel).max(axis=1) < _DIVERGED
+        )
+        return torch.from_numpy(bad)
+
+    def _close(self) -> None:
+        self._batch = None
+
+    # ------------------------------------------------------------------ MuJoCo-only helpers
+    def get_mjdata(self, env_id: int) -> mujoco.MjData:
+        """A new ``MjData`` holding env ``env_id``'s state, forwarded (for rendering and debugging)."""
+        if not 0 <= env_id < self.num_envs:
+            raise ValueError(f"env_id must be in [0, {self.num_envs}), got {env_id}")
+        data = self._batch.get_data(int(env_id))
+        mujoco.mj_forward(self.model, data)
+        return data
