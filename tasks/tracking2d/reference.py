@@ -1,0 +1,213 @@
+"""Reference clips for the 2D tracker, resampled to the control rate.
+
+A :class:`ReferenceLibrary` holds every clip of a training set: its 2D views (keypoints,
+masks, cameras) and, when the clip is synthetic, its 3D keypoints so that episodes can
+draw fresh virtual views. :meth:`ReferenceLibrary.episode_views` turns a draw of
+(clip, view) into per-env tensors over the clip's frames that the task indexes by time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mimic2dm.geometry.camera import MIN_DEPTH, Camera, project_points
+from mimic2dm.geometry.canonical import root_2d
+from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera
+from mimic2dm.motion.format import CONFIDENCE_THRESHOLD, Motion2D, load_motion2d
+from mimic2dm.motion.keypoint_sets import KeypointSet, load_keypoint_set
+from mimic2dm.motion.synth import resample
+
+
+@dataclass
+class Clip:
+    """One reference clip at the control rate (``T`` frames, ``V`` views, ``K`` keypoints).
+
+    Attributes:
+        name: file stem (and view count) for logs.
+        uv: ``[V, T, K, 2]`` reference pixels; mask ``[V, T, K]``.
+        cam_R ``[V, T, 3, 3]``, cam_t ``[V, T, 3]``, intrinsics ``[V, T, 4]``: per-frame
+            cameras (static ones repeated).
+        image_height: ``[V]`` pixels.
+        keypoints3d: ``[T, K, 3]`` when known (synthetic data): enables virtual views
+            and the 3D metrics.
+    """
+
+    name: str
+    uv: torch.Tensor
+    mask: torch.Tensor
+    cam_R: torch.Tensor
+    cam_t: torch.Tensor
+    intrinsics: torch.Tensor
+    image_height: torch.Tensor
+    keypoints3d: torch.Tensor | None = None
+    labels: dict = field(default_factory=dict)
+
+    @property
+    def num_frames(self) -> int:
+        return self.uv.shape[1]
+
+    @property
+    def num_views(self) -> int:
+        return self.uv.shape[0]
+
+
+def _cameras_per_frame(cams: list[Camera], T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    Rs, ts, ks = [], [], []
+    frames = torch.arange(T)
+    for cam in cams:
+        R, t, k = cam.params(frames)
+        Rs.append(R), ts.append(t), ks.append(k)
+    return torch.stack(Rs), torch.stack(ts), torch.stack(ks)
+
+
+def _resample_cameras(R, t, k, src_len: int, dst_len: int):
+    """Nearest-frame resampling of per-frame cameras ``[V, T, ...]`` to ``dst_len`` frames."""
+    idx = torch.round(torch.linspace(0, src_len - 1, dst_len)).long()
+    return R[:, idx], t[:, idx], k[:, idx]
+
+
+def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip:
+    """Build a :class:`Clip` from a validated 2D-motion file, resampled to ``control_hz``.
+
+    Raises:
+        ValueError: the clip has no cameras (run preprocessing first) — naming the clip.
+    """
+    if not m.has_cameras:
+        raise ValueError(f"{name}: field 'camera_R' is missing; the tracker needs cameras per view "
+                         "(synthetic data carries them; in-the-wild clips get them from preprocessing)")  # fmt: skip
+    mask = torch.from_numpy(m.mask(CONFIDENCE_THRESHOLD))
+    uv = torch.from_numpy(np.nan_to_num(m.keypoints)).float()
+    R, t, k = _cameras_per_frame(m.cameras(), m.num_frames)
+    T_src = m.num_frames
+    kp3d = None if m.keypoints3d is None else torch.from_numpy(m.keypoints3d).float()
+    if abs(m.fps - control_hz) > 1e-6:
+        uv = torch.from_numpy(np.stack([resample(u, m.fps, control_hz) for u in uv.numpy()])).float()
+        T = uv.shape[1]
+        near = torch.round(torch.linspace(0, T_src - 1, T)).long()
+        mask = mask[:, near]
+        R, t, k = _resample_cameras(R, t, k, T_src, T)
+        if kp3d is not None:
+            kp3d = torch.from_numpy(resample(kp3d.numpy(), m.fps, control_hz)).float()
+    height = torch.full((uv.shape[0],), float(m.image_size[1]))
+    return Clip(name, uv, mask, R, t, k, height, kp3d, dict(m.labels))
+
+
+@dataclass
+class EpisodeViews:
+    """Per-env reference tensors of new episodes (``E`` envs, ``V`` views each, ``T`` = longest clip)."""
+
+    uv: torch.Tensor  # [E, V, T, K, 2] pixels
+    mask: torch.Tensor  # [E, V, T, K]
+    root: torch.Tensor  # [E, V, T, 2] gap-filled reference root (pixels)
+    cam_R: torch.Tensor  # [E, V, T, 3, 3]
+    cam_t: torch.Tensor  # [E, V, T, 3]
+    intrinsics: torch.Tensor  # [E, V, T, 4]
+    height: torch.Tensor  # [E] image height (pixels; the views of one env share it)
+    length: torch.Tensor  # [E] frames of each env's clip
+
+
+class ReferenceLibrary:
+    """All reference clips of a run.
+
+    Args:
+        clips: the clips (same keypoint set).
+        keypoint_set: name of that set.
+        view_mode: ``"clip"`` (draw one of the clip's own views), ``"virtual"`` (a fresh
+            random virtual camera per episode; needs 3D keypoints) or ``"mixed"`` (half each).
+        camera_mode: kind of virtual camera (``static``, ``tracking``, ``dynamic``).
+        camera_config: sampling ranges of virtual cameras.
+    """
+
+    def __init__(
+        self,
+        clips: Sequence[Clip],
+        keypoint_set: str,
+        view_mode: str = "clip",
+        camera_mode: str = "static",
+        camera_config: VirtualCameraConfig | None = None,
+    ):
+        if not clips:
+            raise ValueError("ReferenceLibrary: no clips")
+        if view_mode not in ("clip", "virtual", "mixed"):
+            raise ValueError(f"view_mode {view_mode!r} is not one of clip, virtual, mixed")
+        if view_mode != "clip" and any(c.keypoints3d is None for c in clips):
+            bad = [c.name for c in clips if c.keypoints3d is None]
+            raise ValueError(f"view_mode={view_mode!r} needs 3D keypoints; clips without them: {bad}")
+        self.clips = list(clips)
+        self.kset: KeypointSet = load_keypoint_set(keypoint_set)
+        self.view_mode = view_mode
+        self.camera_mode = camera_mode
+        self.camera_config = camera_config or VirtualCameraConfig()
+        self.lengths = torch.tensor([c.num_frames for c in self.clips])
+        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(self.lengths, 0)[:-1]])
+        self.max_len = int(self.lengths.max())
+        self.root_idx = torch.tensor(self.kset.root)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path], control_hz: float, **kw) -> ReferenceLibrary:
+        """Load 2D-motion files (validated) and resample them to ``control_hz``."""
+        motions = [load_motion2d(p) for p in paths]
+        sets = {m.keypoint_set for m in motions}
+        if len(sets) != 1:
+            raise ValueError(f"reference clips mix keypoint sets {sorted(sets)}: {list(map(str, paths))}")
+        clips = [clip_from_motion(m, control_hz, Path(p).stem) for m, p in zip(motions, paths, strict=True)]
+        return cls(clips, sets.pop(), **kw)
+
+    @property
+    def num_clips(self) -> int:
+        return len(self.clips)
+
+    @property
+    def total_frames(self) -> int:
+        """Frames of all clips together (the number of ASI buffers)."""
+        return int(self.lengths.sum())
+
+    def global_frame(self, clip_ids: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+        """Index into the concatenation of all clips' frames."""
+        return self.offsets[clip_ids] + frames
+
+    def _clip_view(self, clip: Clip, view: int):
+        return clip.uv[view], clip.mask[view], clip.cam_R[view], clip.cam_t[view], clip.intrinsics[view], clip.image_height[view]
+
+    def _virtual_view(self, clip: Clip, gen: torch.Generator):
+        kp3d = clip.keypoints3d
+        root3d = kp3d[:, list(self.kset.root)].mean(1)
+        cam = sample_camera(root3d, self.camera_mode, gen, self.camera_config)
+        R, t, k = cam.params(torch.arange(clip.num_frames))
+        uv, depth = project_points(R, t, k, kp3d)
+        mask = depth > MIN_DEPTH
+        return uv, mask, R, t, k, torch.tensor(float(cam.height))
+
+    def episode_views(self, clip_ids: torch.Tensor, gen: torch.Generator, num_views: int = 1) -> EpisodeViews:
+        """Draw ``num_views`` views per env for clips ``clip_ids [E]``: the references of new episodes.
+
+        Clip views are drawn without replacement while the clip has enough of them.
+        """
+        E, V, T, K = clip_ids.shape[0], num_views, self.max_len, self.kset.num_keypoints
+        out = EpisodeViews(
+            torch.zeros(E, V, T, K, 2), torch.zeros(E, V, T, K, dtype=torch.bool), torch.zeros(E, V, T, 2),
+            torch.eye(3).repeat(E, V, T, 1, 1), torch.zeros(E, V, T, 3), torch.ones(E, V, T, 4),
+            torch.zeros(E), self.lengths[clip_ids].clone(),
+        )  # fmt: skip
+        for e, c in enumerate(clip_ids.tolist()):
+            clip = self.clips[c]
+            order = torch.randperm(clip.num_views, generator=gen)
+            for v in range(V):
+                virtual = self.view_mode == "virtual" or (
+                    self.view_mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5)
+                )
+                if virtual:
+                    uv, mask, R, t, k, h = self._virtual_view(clip, gen)
+                else:
+                    uv, mask, R, t, k, h = self._clip_view(clip, int(order[v % clip.num_views]))
+                n = clip.num_frames
+                out.uv[e, v, :n], out.mask[e, v, :n] = uv, mask
+                out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n] = R, t, k
+                out.root[e, v, :n] = root_2d(uv, mask, self.kset)
+                out.height[e] = h
+        return out
