@@ -1,0 +1,156 @@
+"""The tracking task end to end: against a kinematic fake engine (task logic) and on real MuJoCo."""
+
+from pathlib import Path
+
+import pytest
+import torch
+from fake_engine import KinematicEngine
+
+from mimic2dm.engines import load_engine
+from mimic2dm.geometry.virtual import VirtualCameraConfig
+from mimic2dm.motion.demo import make_demo_clip
+from mimic2dm.motion.loaders import load_mocap_keypoints
+from mimic2dm.motion.synth import synthesize_views
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_motion
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask, TrackingConfig
+
+MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+
+
+@pytest.fixture(scope="module")
+def demo():
+    m3, m2 = make_demo_clip(seconds=2)
+    return m3, m2
+
+
+def library(m2, **kw):
+    return ReferenceLibrary([clip_from_motion(m2, 30.0, "demo")], m2.keypoint_set, **kw)
+
+
+def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
+    m3, m2 = demo
+    task = Tracking2DTask(KinematicEngine("humanoid", 6), library(m2), TrackingConfig(max_episode_steps=10))
+    obs = task.observe()
+    assert obs.shape == (6, task.obs_dim) and torch.isfinite(obs).all()
+    assert task.obs_layout() == {"prop": task.prop_dim, "view": task.view_dim, "views": 1}
+    lengths, causes = [], {}
+    for _ in range(25):
+        obs, r, term, trunc, info = task.step(torch.zeros(6, task.action_dim))
+        assert obs.shape == (6, task.obs_dim) and r.shape == (6,)
+        assert ((r >= 0) & (r <= 1)).all()
+        assert not (term & trunc).any()
+        assert torch.equal(info["time_outs"], trunc)
+        lengths += info["episode_lengths"]
+        for k, v in info["causes"].items():
+            causes[k] = causes.get(k, 0) + v
+    assert lengths and max(lengths) <= 10
+    assert causes["timeout"] > 0
+    assert (task.steps <= 10).all()
+
+
+def test_reprojection_termination_fires_on_a_wild_action(demo):
+    m3, m2 = demo
+    task = Tracking2DTask(KinematicEngine("humanoid", 4), library(m2), TrackingConfig())
+    task.observe()
+    _, r, term, trunc, info = task.step(torch.ones(4, task.action_dim))  # every joint to one extreme
+    assert term.all() and info["causes"]["reprojection"] == 4
+    assert (task.steps == 0).all()  # auto-reset started new episodes
+
+
+def test_nonfinite_physics_is_terminated_and_counted(demo):
+    m3, m2 = demo
+    eng = KinematicEngine("humanoid", 3)
+    task = Tracking2DTask(eng, library(m2), TrackingConfig())
+    task.observe()
+    eng.nan_envs[1] = True
+    obs, r, term, trunc, info = task.step(torch.zeros(3, task.action_dim))
+    assert info["causes"]["nonfinite"] == 1 and term[1] and r[1] == 0.0
+    assert torch.isfinite(obs).all()
+
+
+def test_camera_parameters_never_reach_the_policy(demo):
+    """The same motion seen by a camera with another focal length and resolution gives the same observation."""
+    m3, m2 = demo
+    lib_a = library(m2)
+    m2b = m2.view(0)
+    m2b.camera_intrinsics = m2b.camera_intrinsics * 0.5
+    m2b.keypoints = (m2b.keypoints - m2.camera_intrinsics[..., None, 2:4]) * 0.5 + m2b.camera_intrinsics[..., None, 2:4]
+    m2b.image_size = (960, 540)
+    lib_b = library(m2b)
+    obs = []
+    for lib in (lib_a, lib_b):
+        task = Tracking2DTask(KinematicEngine("humanoid", 2), lib, TrackingConfig(), seed=3)
+        obs.append(task.observe())
+    assert torch.allclose(obs[0], obs[1], atol=1e-4)
+
+
+def test_values_fill_asi_buffers_and_state_dict_roundtrips(demo):
+    m3, m2 = demo
+    task = Tracking2DTask(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=1)
+    task.observe()
+    assert not torch.isfinite(task.asi.scores).any()
+    for _ in range(5):
+        task.step(torch.zeros(8, task.action_dim))
+        task.observe_values(torch.arange(8, dtype=torch.float32))
+    assert torch.isfinite(task.asi.scores).any()
+    state = task.state_dict()
+    other = Tracking2DTask(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=99)
+    other.load_state_dict(state)
+    assert torch.equal(other.asi.scores, task.asi.scores)
+    a = task.asi.sample_frames(5, task.gen)
+    b = other.asi.sample_frames(5, other.gen)
+    assert torch.equal(a, b)
+
+
+def test_multi_view_episodes_observe_each_view(demo):
+    m3, m2 = demo
+    lib = library(m2, view_mode="virtual", camera_config=VirtualCameraConfig())
+    task = Tracking2DTask(KinematicEngine("humanoid", 3), lib, TrackingConfig(num_views=2))
+    obs = task.observe()
+    assert obs.shape[1] == task.prop_dim + 2 * task.view_dim
+    v1 = obs[:, task.prop_dim : task.prop_dim + task.view_dim]
+    v2 = obs[:, task.prop_dim + task.view_dim :]
+    assert not torch.allclose(v1, v2)  # two different virtual cameras
+
+
+def test_keypoint_set_mismatch_is_a_clear_error(demo):
+    m3, m2 = demo
+    with pytest.raises(ValueError, match="dog17"):
+        Tracking2DTask(KinematicEngine("dog", 2), library(m2), TrackingConfig())
+
+
+def test_clip_without_cameras_is_a_clear_error(demo):
+    m3, m2 = demo
+    m = m2.view(0)
+    m.camera_R = m.camera_t = m.camera_intrinsics = None
+    with pytest.raises(ValueError, match="camera_R"):
+        clip_from_motion(m, 30.0, "nocam")
+
+
+@pytest.mark.parametrize("character", ["humanoid", "dog"])
+def test_create_reset_step_on_real_mujoco(character, demo):
+    if character == "humanoid":
+        m2 = demo[1]
+    else:
+        if not (MOCAP / "dog_trot.npz").is_file():
+            pytest.skip("shared/data/mocap/dog_trot.npz not available")
+        kp = load_mocap_keypoints(MOCAP / "dog_trot.npz")
+        m2 = synthesize_views(kp.keypoints, kp.keypoint_set, kp.fps, num_views=2, camera="static", seed=0)
+    lib = ReferenceLibrary([clip_from_motion(m2, 30.0, character)], m2.keypoint_set)
+    eng = load_engine("mujoco", character, num_envs=8)
+    task = Tracking2DTask(eng, lib, TrackingConfig())
+    obs = task.observe()
+    g = torch.Generator().manual_seed(0)
+    total = torch.zeros(8)
+    for _ in range(20):
+        obs, r, term, trunc, info = task.step(0.1 * torch.randn(8, task.action_dim, generator=g))
+        assert torch.isfinite(obs).all() and torch.isfinite(r).all()
+        total += r
+    assert (total > 0).all()
+    # the character starts under its reference: the initial 2D error is far below the termination bound
+    task.reset(torch.arange(8))
+    uv, valid = task.project_character()
+    ref, mask = task.reference(task.frame)
+    err = ((uv - ref).norm(dim=-1) * mask).amax(-1)
+    assert err.median() < 0.12 * task.views.height[0]
+    eng.close()
