@@ -32,7 +32,7 @@ class Clip:
         uv: ``[V, T, K, 2]`` reference pixels; mask ``[V, T, K]``.
         cam_R ``[V, T, 3, 3]``, cam_t ``[V, T, 3]``, intrinsics ``[V, T, 4]``: per-frame
             cameras (static ones repeated).
-        image_height: ``[V]`` pixels.
+        image_height: ``[V]`` pixels; image_width ``[V]`` pixels.
         keypoints3d: ``[T, K, 3]`` when known (synthetic data): enables virtual views
             and the 3D metrics.
     """
@@ -44,6 +44,7 @@ class Clip:
     cam_t: torch.Tensor
     intrinsics: torch.Tensor
     image_height: torch.Tensor
+    image_width: torch.Tensor
     keypoints3d: torch.Tensor | None = None
     labels: dict = field(default_factory=dict)
 
@@ -94,7 +95,8 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
         if kp3d is not None:
             kp3d = torch.from_numpy(resample(kp3d.numpy(), m.fps, control_hz)).float()
     height = torch.full((uv.shape[0],), float(m.image_size[1]))
-    return Clip(name, uv, mask, R, t, k, height, kp3d, dict(m.labels))
+    width = torch.full((uv.shape[0],), float(m.image_size[0]))
+    return Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels))
 
 
 @dataclass
@@ -171,6 +173,11 @@ class ReferenceLibrary:
         """Index into the concatenation of all clips' frames."""
         return self.offsets[clip_ids] + frames
 
+    def camera(self, clip_id: int, view: int):
+        """The :class:`Camera` of one clip view (per-frame parameters)."""
+        c = self.clips[clip_id]
+        return Camera(c.cam_R[view], c.cam_t[view], c.intrinsics[view], int(c.image_width[view]), int(c.image_height[view]))
+
     def _clip_view(self, clip: Clip, view: int):
         return clip.uv[view], clip.mask[view], clip.cam_R[view], clip.cam_t[view], clip.intrinsics[view], clip.image_height[view]
 
@@ -183,10 +190,13 @@ class ReferenceLibrary:
         mask = depth > MIN_DEPTH
         return uv, mask, R, t, k, torch.tensor(float(cam.height))
 
-    def episode_views(self, clip_ids: torch.Tensor, gen: torch.Generator, num_views: int = 1) -> EpisodeViews:
+    def episode_views(
+        self, clip_ids: torch.Tensor, gen: torch.Generator, num_views: int = 1, view_ids: torch.Tensor | None = None
+    ) -> EpisodeViews:
         """Draw ``num_views`` views per env for clips ``clip_ids [E]``: the references of new episodes.
 
-        Clip views are drawn without replacement while the clip has enough of them.
+        Clip views are drawn without replacement while the clip has enough of them;
+        ``view_ids [E, V]`` picks given clip views instead (evaluation).
         """
         E, V, T, K = clip_ids.shape[0], num_views, self.max_len, self.kset.num_keypoints
         out = EpisodeViews(
@@ -198,10 +208,12 @@ class ReferenceLibrary:
             clip = self.clips[c]
             order = torch.randperm(clip.num_views, generator=gen)
             for v in range(V):
-                virtual = self.view_mode == "virtual" or (
+                virtual = view_ids is None and (self.view_mode == "virtual" or (
                     self.view_mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5)
-                )
-                if virtual:
+                ))  # fmt: skip
+                if view_ids is not None:
+                    uv, mask, R, t, k, h = self._clip_view(clip, int(view_ids[e, v]))
+                elif virtual:
                     uv, mask, R, t, k, h = self._virtual_view(clip, gen)
                 else:
                     uv, mask, R, t, k, h = self._clip_view(clip, int(order[v % clip.num_views]))

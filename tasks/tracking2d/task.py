@@ -105,12 +105,18 @@ class Tracking2DTask:
             return
         g = self.asi.sample_frames(env_ids.numel(), self.gen)
         clip = torch.searchsorted(self.lib.offsets, g, right=True) - 1
-        self.clip[env_ids], self.frame[env_ids] = clip, g - self.lib.offsets[clip]
+        self.start_episodes(env_ids, clip, g - self.lib.offsets[clip], self.asi.sample_states(g, self.gen))
+
+    def start_episodes(self, env_ids: torch.Tensor, clip_ids: torch.Tensor, frames: torch.Tensor,
+                       states: SimState, view_ids: torch.Tensor | None = None) -> None:  # fmt: skip
+        """Start given episodes: clips ``[E]`` at ``frames [E]`` from ``states``; ``view_ids [E, V]``
+        picks the clip's views (default: drawn as in training)."""
+        self.clip[env_ids], self.frame[env_ids] = clip_ids, frames
         self.steps[env_ids] = 0
         self.ep_return[env_ids] = 0.0
         self.prev_action[env_ids] = 0.0
-        self.engine.reset(env_ids, self.asi.sample_states(g, self.gen))
-        views = self.lib.episode_views(clip, self.gen, self.V)
+        self.engine.reset(env_ids, states)
+        views = self.lib.episode_views(clip_ids, self.gen, self.V, view_ids)
         if self.views is None:
             self.views = views
         else:
@@ -173,9 +179,7 @@ class Tracking2DTask:
         a = actions.clamp(-1.0, 1.0)
         prev_uv, _ = self.project_character()
         prev_ref, prev_mask = self.reference(self.frame)
-        self.engine.step(self.act_offset + self.act_scale * a)
-        self.frame += 1
-        self.steps += 1
+        self.advance(a)
         uv, valid = self.project_character()
         ref, mask = self.reference(self.frame)
         m, pm = mask & valid, prev_mask
@@ -196,6 +200,12 @@ class Tracking2DTask:
         done_ids = torch.nonzero(terminated | truncated).flatten()
         self.reset(done_ids)
         return self.observe(), reward, terminated, truncated, info
+
+    def advance(self, actions: torch.Tensor) -> None:
+        """Physics only: apply normalised ``actions [N, J]`` as PD targets, move one frame on."""
+        self.engine.step(self.act_offset + self.act_scale * actions.clamp(-1.0, 1.0))
+        self.frame += 1
+        self.steps += 1
 
     def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
         nonfinite = self.engine.nonfinite_envs()
