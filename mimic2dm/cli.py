@@ -29,6 +29,25 @@ def demo(
     run_demo(out, num_envs=num_envs, seed=seed)
 
 
+@app.command("eval")
+def eval_cmd(
+    checkpoint: str = typer.Argument(..., help="Tracker checkpoint (.pt) written by mimic2dm-train."),
+    data: list[str] = typer.Option(..., "--data", help="2D-motion file(s) with cameras; repeat for several."),
+    views: int = typer.Option(1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."),
+    json_out: str = typer.Option(None, "--json", help="Write the report here."),
+    picture: str = typer.Option(None, help="Overlay picture of reference vs projected keypoints (.png)."),
+    video: str = typer.Option(None, help="Rendered rollout with the reference drawn over it (.mp4)."),
+) -> None:
+    """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
+    from rich.console import Console
+
+    from mimic2dm.eval import evaluate
+
+    report = evaluate(checkpoint, data, views, json_out, picture, video)
+    summary = {k: v for k, v in report.items() if k != "sequences"}
+    Console().print_json(data=summary)
+
+
 def main() -> None:
     app()
 
