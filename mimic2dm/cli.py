@@ -14,7 +14,9 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(data_app, name="data", help="2D/3D motion data: synthesise views, validate files.")
-app.add_typer(bench_app, name="bench", help="Benchmarks (ratios against baselines measured in the same run).")
+app.add_typer(
+    bench_app, name="bench", help="Benchmarks (ratios against baselines measured in the same run)."
+)
 
 
 @app.command()
@@ -31,12 +33,22 @@ def demo(
 
 @app.command("eval")
 def eval_cmd(
-    checkpoint: str = typer.Argument(..., help="Tracker checkpoint (.pt) written by mimic2dm-train."),
-    data: list[str] = typer.Option(..., "--data", help="2D-motion file(s) with cameras; repeat for several."),
-    views: int = typer.Option(1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."),
+    checkpoint: str = typer.Argument(
+        ..., help="Tracker checkpoint (.pt) written by mimic2dm-train."
+    ),
+    data: list[str] = typer.Option(
+        ..., "--data", help="2D-motion file(s) with cameras; repeat for several."
+    ),
+    views: int = typer.Option(
+        1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."
+    ),
     json_out: str = typer.Option(None, "--json", help="Write the report here."),
-    picture: str = typer.Option(None, help="Overlay picture of reference vs projected keypoints (.png)."),
-    video: str = typer.Option(None, help="Rendered rollout with the reference drawn over it (.mp4)."),
+    picture: str = typer.Option(
+        None, help="Overlay picture of reference vs projected keypoints (.png)."
+    ),
+    video: str = typer.Option(
+        None, help="Rendered rollout with the reference drawn over it (.mp4)."
+    ),
 ) -> None:
     """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
     from rich.console import Console

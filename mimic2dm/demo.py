@@ -49,7 +49,9 @@ def run_demo(out: str | Path, num_envs: int = 16, seed: int = 0, noise: float = 
     clip_path = out / "demo_clip.npz"
     save_motion2d(m2, clip_path)
     m2 = load_motion2d(clip_path)
-    console.print(f"demo clip: {m2.num_frames} frames at {m2.fps:g} fps, {m2.num_views} view -> {clip_path}")
+    console.print(
+        f"demo clip: {m2.num_frames} frames at {m2.fps:g} fps, {m2.num_views} view -> {clip_path}"
+    )
     gen = torch.Generator().manual_seed(seed)
     engine = load_engine("mujoco", "humanoid", num_envs=num_envs, control_dt=1.0 / m2.fps)
     engine.reset(state=_start_states(engine, m3, num_envs, noise, gen))
@@ -67,21 +69,29 @@ def run_demo(out: str | Path, num_envs: int = 16, seed: int = 0, noise: float = 
     uv, _ = project_points(R, tr, k, sim_kp)  # per-frame cameras broadcast over envs
     ref = torch.from_numpy(np.nan_to_num(m2.keypoints[0])).float()
     mask = torch.from_numpy(m2.mask()[0])
-    err = metrics.reprojection_errors(uv, ref.expand_as(uv), mask.expand(num_envs, -1, -1), cam.height)
+    err = metrics.reprojection_errors(
+        uv, ref.expand_as(uv), mask.expand(num_envs, -1, -1), cam.height
+    )
     result = {
         "clip": str(clip_path),
         "num_envs": num_envs,
         "env_steps_per_s": num_envs * (T - 1) / wall,
         "success_rate": float(metrics.success(err).float().mean()),
         "error_2d_px": float(metrics.mean_error_2d(err).mean()),
-        "mpjpe_mm": float(metrics.mpjpe_mm(sim_kp, torch.from_numpy(m2.keypoints3d).float().expand_as(sim_kp)).mean()),
+        "mpjpe_mm": float(
+            metrics.mpjpe_mm(
+                sim_kp, torch.from_numpy(m2.keypoints3d).float().expand_as(sim_kp)
+            ).mean()
+        ),
         "jitter": float(metrics.jitter(sim_kp, m2.fps).mean()),
         "nonfinite_envs": int(engine.nonfinite_envs().sum()),
     }
     (out / "metrics.json").write_text(json.dumps(result, indent=2))
     frames = np.linspace(0, T - 1, 6).round().astype(int).tolist()
     kset = load_keypoint_set(m2.keypoint_set)
-    overlay_grid(ref.numpy(), uv[0].numpy(), mask.numpy(), kset, tuple(m2.image_size), frames).save(out / "overlay.png")
+    overlay_grid(ref.numpy(), uv[0].numpy(), mask.numpy(), kset, tuple(m2.image_size), frames).save(
+        out / "overlay.png"
+    )
     engine.close()
     console.print_json(json.dumps(result))
     console.print(f"wrote {out / 'metrics.json'} and {out / 'overlay.png'}")

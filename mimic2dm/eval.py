@@ -30,8 +30,12 @@ def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
     out = []
     for c, clip in enumerate(lib.clips):
         if clip.num_views < views:
-            raise ValueError(f"{clip.name}: --views {views} needs a clip with at least {views} views, it has {clip.num_views}")
-        out += [(c, [(v + i) % clip.num_views for i in range(views)]) for v in range(clip.num_views)]
+            raise ValueError(
+                f"{clip.name}: --views {views} needs a clip with at least {views} views, it has {clip.num_views}"
+            )
+        out += [
+            (c, [(v + i) % clip.num_views for i in range(views)]) for v in range(clip.num_views)
+        ]
     return out
 
 
@@ -57,8 +61,12 @@ def _rollout(task: Tracking2DTask, policy, T: int):
     return rec
 
 
-def _metrics(rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor | None, kset) -> dict:
-    err = metrics.reprojection_errors(rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height))  # [n, V, K]
+def _metrics(
+    rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor | None, kset
+) -> dict:
+    err = metrics.reprojection_errors(
+        rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height)
+    )  # [n, V, K]
     err = err.transpose(0, 1)  # [V, n, K]
     out = {
         "success": bool(metrics.success(err).all()),
@@ -69,7 +77,11 @@ def _metrics(rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor 
     if gt3d is not None:
         sim = rec["kp3d"][i, :n]
         root = list(kset.root)
-        out["mpjpe_mm"] = float(metrics.mpjpe_mm(sim - sim[:, root].mean(1, keepdim=True), gt3d - gt3d[:, root].mean(1, keepdim=True)))
+        out["mpjpe_mm"] = float(
+            metrics.mpjpe_mm(
+                sim - sim[:, root].mean(1, keepdim=True), gt3d - gt3d[:, root].mean(1, keepdim=True)
+            )
+        )
         out["mpjpe_global_mm"] = float(metrics.mpjpe_mm(sim, gt3d))
     return out
 
@@ -108,7 +120,9 @@ def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, 
     for i, (c, vs) in enumerate(seqs):
         clip = lib.clips[c]
         gt = clip.keypoints3d
-        m = _metrics(rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset)
+        m = _metrics(
+            rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset
+        )
         per_seq.append({"clip": clip.name, "views": vs, **m})
     report = {
         "checkpoint": str(getattr(policy, "path", checkpoint)),
@@ -130,7 +144,11 @@ def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_ou
     c, vs = seqs[0]
     n = lib.clips[c].num_frames
     cam = lib.camera(c, vs[0])
-    ref, sim, mask = rec["ref"][0, :n, 0].numpy(), rec["uv"][0, :n, 0].numpy(), rec["mask"][0, :n, 0].numpy()
+    ref, sim, mask = (
+        rec["ref"][0, :n, 0].numpy(),
+        rec["uv"][0, :n, 0].numpy(),
+        rec["mask"][0, :n, 0].numpy(),
+    )
     if json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         Path(json_out).write_text(json.dumps(report, indent=2))
@@ -141,7 +159,15 @@ def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_ou
     if video_out:
         from mimic2dm.render import try_render, write_video
 
-        frames = try_render(spec.character, np.stack(rec["qpos0"])[:n], cam, spec.objects, ref_uv=ref, ref_mask=mask, kset=lib.kset)
+        frames = try_render(
+            spec.character,
+            np.stack(rec["qpos0"])[:n],
+            cam,
+            spec.objects,
+            ref_uv=ref,
+            ref_mask=mask,
+            kset=lib.kset,
+        )
         if frames is not None:
             Path(video_out).parent.mkdir(parents=True, exist_ok=True)
             write_video(video_out, frames, spec.control_hz)

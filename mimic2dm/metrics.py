@@ -11,7 +11,9 @@ import torch
 SUCCESS_THRESHOLD_PX = 100.0  # at 1080p
 
 
-def reprojection_errors(pred: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, image_height: int) -> torch.Tensor:
+def reprojection_errors(
+    pred: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, image_height: int
+) -> torch.Tensor:
     """Per-keypoint 2D distance in pixels at 1080p; NaN where masked.
 
     Args:
@@ -49,7 +51,9 @@ def success(errors: torch.Tensor, threshold_px: float = SUCCESS_THRESHOLD_PX) ->
     return (max_error_per_frame(errors) <= threshold_px).all(dim=-1)
 
 
-def mpjpe_mm(pred: torch.Tensor, gt: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def mpjpe_mm(
+    pred: torch.Tensor, gt: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Mean per-joint position error in millimetres of ``[..., T, K, 3]`` metre positions -> ``[...]``."""
     err = (pred - gt).norm(dim=-1) * 1000.0
     if mask is not None:
@@ -64,5 +68,10 @@ def jitter(positions: torch.Tensor, fps: float) -> torch.Tensor:
     """
     if positions.shape[-3] < 4:
         raise ValueError(f"jitter needs at least 4 frames, got {positions.shape[-3]}")
-    d3 = positions[..., 3:, :, :] - 3 * positions[..., 2:-1, :, :] + 3 * positions[..., 1:-2, :, :] - positions[..., :-3, :, :]
+    d3 = (
+        positions[..., 3:, :, :]
+        - 3 * positions[..., 2:-1, :, :]
+        + 3 * positions[..., 1:-2, :, :]
+        - positions[..., :-3, :, :]
+    )
     return (d3 * fps**3).norm(dim=-1).mean(dim=(-2, -1))

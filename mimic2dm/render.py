@@ -80,7 +80,9 @@ def render_qpos(
         img = renderer.render()
         if ref_uv is not None:
             pil = Image.fromarray(img)
-            draw_skeleton(ImageDraw.Draw(pil), ref_uv[i], ref_mask[i], kset, REF_COLOR, scale, width=2)
+            draw_skeleton(
+                ImageDraw.Draw(pil), ref_uv[i], ref_mask[i], kset, REF_COLOR, scale, width=2
+            )
             img = np.asarray(pil)
         frames[i] = img
     renderer.close()

@@ -17,7 +17,9 @@ class KinematicEngine(Engine):
         spec = self.character
         self.targets = torch.zeros(self.num_envs, len(spec.dof_names))
         self.nan_envs = torch.zeros(self.num_envs, dtype=torch.bool)
-        return EngineLayout(spec.dof_names, spec.body_names, spec.keypoint_names, spec.contact_bodies, self.objects)
+        return EngineLayout(
+            spec.dof_names, spec.body_names, spec.keypoint_names, spec.contact_bodies, self.objects
+        )
 
     def _default_state(self) -> SimState:
         pose, j, o = self.character.default_pose, len(self.character.dof_names), len(self.objects)
@@ -51,7 +53,12 @@ class KinematicEngine(Engine):
 
     def _get_keypoints(self):
         s = self.state
-        kp = self.character.tree.keypoints(self.character.site_offsets, s.root_pos.double(), s.root_rot.double(), s.dof_pos.double())
+        kp = self.character.tree.keypoints(
+            self.character.site_offsets,
+            s.root_pos.double(),
+            s.root_rot.double(),
+            s.dof_pos.double(),
+        )
         return kp.float()
 
     def _get_contacts(self):
@@ -66,7 +73,9 @@ class KinematicEngine(Engine):
         self.nan_envs[env_ids] = False
 
     def _nonfinite_envs(self):
-        return ~(torch.isfinite(self.state.dof_pos).all(1) & torch.isfinite(self.state.root_pos).all(1))
+        return ~(
+            torch.isfinite(self.state.dof_pos).all(1) & torch.isfinite(self.state.root_pos).all(1)
+        )
 
     def _close(self):
         pass

@@ -1,15 +1,16 @@
 """`mimic2dm eval` machinery with a fixed policy: sequences, metrics, outputs."""
 
 import json
+
 import pytest
 import torch
+from mimic2dm.tasks.tracking2d.factory import EnvSpec
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
 from mimic2dm.eval import evaluate, sequences
 from mimic2dm.motion.demo import make_demo_clip
 from mimic2dm.motion.format import save_motion2d
 from mimic2dm.motion.synth import synthesize_views
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
-from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
 
 class HoldPose:
@@ -57,4 +58,3 @@ def test_evaluate_writes_report_picture_and_video(two_view_clip, tmp_path):
 def test_multi_view_evaluation_runs(two_view_clip):
     rep = evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], views=2)
     assert rep["views"] == 2 and all(len(s["views"]) == 2 for s in rep["sequences"])
-

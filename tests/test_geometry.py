@@ -23,7 +23,9 @@ def random_quats(n: int, seed: int = 0) -> torch.Tensor:
 def test_quat_matrix_roundtrip_and_rotation_agree():
     q = random_quats(500)
     m = rot.quat_to_matrix(q)
-    assert torch.allclose(m @ m.transpose(-1, -2), torch.eye(3, dtype=q.dtype).expand(500, 3, 3), atol=1e-12)
+    assert torch.allclose(
+        m @ m.transpose(-1, -2), torch.eye(3, dtype=q.dtype).expand(500, 3, 3), atol=1e-12
+    )
     assert rot.quat_angle_between(q, rot.matrix_to_quat(m)).max() < 1e-7
     v = torch.randn(500, 3, dtype=q.dtype)
     assert torch.allclose(rot.quat_rotate(q, v), (m @ v[..., None])[..., 0], atol=1e-12)
@@ -32,17 +34,28 @@ def test_quat_matrix_roundtrip_and_rotation_agree():
 
 def test_quat_mul_composes_like_matrices():
     a, b = random_quats(100, 1), random_quats(100, 2)
-    assert torch.allclose(rot.quat_to_matrix(rot.quat_mul(a, b)), rot.quat_to_matrix(a) @ rot.quat_to_matrix(b), atol=1e-12)
+    assert torch.allclose(
+        rot.quat_to_matrix(rot.quat_mul(a, b)),
+        rot.quat_to_matrix(a) @ rot.quat_to_matrix(b),
+        atol=1e-12,
+    )
 
 
 def test_known_rotation_about_z():
     q = rot.quat_from_axis_angle(torch.tensor([0.0, 0.0, 1.0]), torch.tensor(math.pi / 2))
-    assert torch.allclose(rot.quat_rotate(q, torch.tensor([1.0, 0.0, 0.0])), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6)
+    assert torch.allclose(
+        rot.quat_rotate(q, torch.tensor([1.0, 0.0, 0.0])), torch.tensor([0.0, 1.0, 0.0]), atol=1e-6
+    )
     assert torch.allclose(q, torch.tensor([0.0, 0.0, math.sin(math.pi / 4), math.cos(math.pi / 4)]))
 
 
 @pytest.mark.parametrize(
-    "pair", [(rot.quat_to_rot6d, rot.rot6d_to_quat), (rot.quat_to_exp_map, rot.exp_map_to_quat), (rot.quat_to_euler_xyz, rot.quat_from_euler_xyz)]
+    "pair",
+    [
+        (rot.quat_to_rot6d, rot.rot6d_to_quat),
+        (rot.quat_to_exp_map, rot.exp_map_to_quat),
+        (rot.quat_to_euler_xyz, rot.quat_from_euler_xyz),
+    ],
 )
 def test_rotation_representation_roundtrips(pair):
     fwd, inv = pair
@@ -88,11 +101,19 @@ def test_wxyz_conversion():
 def test_projection_hand_computed():
     # camera at the origin looking along world +x, z up: cam x = -world y, cam y = -world z
     R, t = look_at(torch.tensor([0.0, 0.0, 0.0]), torch.tensor([1.0, 0.0, 0.0]))
-    assert torch.allclose(R, torch.tensor([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]]), atol=1e-6)
+    assert torch.allclose(
+        R, torch.tensor([[0.0, -1.0, 0.0], [0.0, 0.0, -1.0], [1.0, 0.0, 0.0]]), atol=1e-6
+    )
     k = torch.tensor([1000.0, 1200.0, 960.0, 540.0])
     pts = torch.tensor([[2.0, 0.0, 0.0], [2.0, -0.5, 0.25], [4.0, 1.0, -1.0]])
     uv, z = project_points(R, t, k, pts)
-    expected = torch.tensor([[960.0, 540.0], [960 + 1000 * 0.25, 540 - 1200 * 0.125], [960 - 1000 * 0.25, 540 + 1200 * 0.25]])
+    expected = torch.tensor(
+        [
+            [960.0, 540.0],
+            [960 + 1000 * 0.25, 540 - 1200 * 0.125],
+            [960 - 1000 * 0.25, 540 + 1200 * 0.25],
+        ]
+    )
     assert torch.allclose(uv, expected, atol=1e-4)
     assert torch.allclose(z, torch.tensor([2.0, 2.0, 4.0]))
 
@@ -130,7 +151,13 @@ def test_camera_shape_errors_name_the_field():
 
 
 def test_camera_arrays_roundtrip():
-    cam = Camera.look_at(torch.tensor([[4.0, 0, 2]]).expand(3, 3), torch.zeros(3, 3), torch.tensor([1e3, 1.1e3, 1.2e3]), 640, 480)
+    cam = Camera.look_at(
+        torch.tensor([[4.0, 0, 2]]).expand(3, 3),
+        torch.zeros(3, 3),
+        torch.tensor([1e3, 1.1e3, 1.2e3]),
+        640,
+        480,
+    )
     back = Camera.from_arrays(cam.to_arrays())
     assert back.width == 640 and back.height == 480
     assert torch.equal(back.R, cam.R) and torch.equal(back.intrinsics, cam.intrinsics)

@@ -19,7 +19,9 @@ def test_reprojection_error_rescales_to_1080p_and_masks():
 
 
 def test_success_fails_when_any_frame_exceeds_threshold():
-    err = torch.tensor([[[10.0, 20.0], [30.0, float("nan")]], [[10.0, 20.0], [101.0, 5.0]]])  # [2 clips, T=2, K=2]
+    err = torch.tensor(
+        [[[10.0, 20.0], [30.0, float("nan")]], [[10.0, 20.0], [101.0, 5.0]]]
+    )  # [2 clips, T=2, K=2]
     ok = metrics.success(err)
     assert ok.tolist() == [True, False]
     assert metrics.success(err, threshold_px=150.0).tolist() == [True, True]

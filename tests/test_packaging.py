@@ -23,7 +23,9 @@ def package_dirs() -> set[str]:
 def test_every_package_directory_is_listed_in_pyproject():
     cfg = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     assert cfg["package-dir"] == MAPPING
-    assert package_dirs() - set(cfg["packages"]) == set(), "add the missing packages to pyproject.toml"
+    assert package_dirs() - set(cfg["packages"]) == set(), (
+        "add the missing packages to pyproject.toml"
+    )
 
 
 def test_tasks_and_generators_are_subpackages_not_top_level():
@@ -38,6 +40,8 @@ def test_tasks_and_generators_are_subpackages_not_top_level():
 
 def test_console_entry_point_lists_subcommands():
     assert importlib.util.find_spec("mimic2dm.cli") is not None
-    out = subprocess.run([sys.executable, "-m", "mimic2dm.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "mimic2dm.cli", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     for sub in ("data", "bench", "demo"):
         assert sub in out

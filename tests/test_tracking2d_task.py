@@ -5,14 +5,14 @@ from pathlib import Path
 import pytest
 import torch
 from fake_engine import KinematicEngine
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_motion
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask, TrackingConfig
 
 from mimic2dm.engines import load_engine
 from mimic2dm.geometry.virtual import VirtualCameraConfig
 from mimic2dm.motion.demo import make_demo_clip
 from mimic2dm.motion.loaders import load_mocap_keypoints
 from mimic2dm.motion.synth import synthesize_views
-from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_motion
-from mimic2dm.tasks.tracking2d.task import Tracking2DTask, TrackingConfig
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
 
@@ -29,7 +29,9 @@ def library(m2, **kw):
 
 def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
     m3, m2 = demo
-    task = Tracking2DTask(KinematicEngine("humanoid", 6), library(m2), TrackingConfig(max_episode_steps=10))
+    task = Tracking2DTask(
+        KinematicEngine("humanoid", 6), library(m2), TrackingConfig(max_episode_steps=10)
+    )
     obs = task.observe()
     assert obs.shape == (6, task.obs_dim) and torch.isfinite(obs).all()
     assert task.obs_layout() == {"prop": task.prop_dim, "view": task.view_dim, "views": 1}
@@ -52,7 +54,9 @@ def test_reprojection_termination_fires_on_a_wild_action(demo):
     m3, m2 = demo
     task = Tracking2DTask(KinematicEngine("humanoid", 4), library(m2), TrackingConfig())
     task.observe()
-    _, r, term, trunc, info = task.step(torch.ones(4, task.action_dim))  # every joint to one extreme
+    _, r, term, trunc, info = task.step(
+        torch.ones(4, task.action_dim)
+    )  # every joint to one extreme
     assert term.all() and info["causes"]["reprojection"] == 4
     assert (task.steps == 0).all()  # auto-reset started new episodes
 
@@ -74,7 +78,9 @@ def test_camera_parameters_never_reach_the_policy(demo):
     lib_a = library(m2)
     m2b = m2.view(0)
     m2b.camera_intrinsics = m2b.camera_intrinsics * 0.5
-    m2b.keypoints = (m2b.keypoints - m2.camera_intrinsics[..., None, 2:4]) * 0.5 + m2b.camera_intrinsics[..., None, 2:4]
+    m2b.keypoints = (
+        m2b.keypoints - m2.camera_intrinsics[..., None, 2:4]
+    ) * 0.5 + m2b.camera_intrinsics[..., None, 2:4]
     m2b.image_size = (960, 540)
     lib_b = library(m2b)
     obs = []
@@ -135,7 +141,9 @@ def test_create_reset_step_on_real_mujoco(character, demo):
         if not (MOCAP / "dog_trot.npz").is_file():
             pytest.skip("shared/data/mocap/dog_trot.npz not available")
         kp = load_mocap_keypoints(MOCAP / "dog_trot.npz")
-        m2 = synthesize_views(kp.keypoints, kp.keypoint_set, kp.fps, num_views=2, camera="static", seed=0)
+        m2 = synthesize_views(
+            kp.keypoints, kp.keypoint_set, kp.fps, num_views=2, camera="static", seed=0
+        )
     lib = ReferenceLibrary([clip_from_motion(m2, 30.0, character)], m2.keypoint_set)
     eng = load_engine("mujoco", character, num_envs=8)
     task = Tracking2DTask(eng, lib, TrackingConfig())

@@ -4,13 +4,13 @@ import math
 
 import pytest
 import torch
-
-from mimic2dm.engines.base import SimState
-from mimic2dm.geometry import rotations as rot
 from mimic2dm.tasks.tracking2d import observations as O
 from mimic2dm.tasks.tracking2d.asi import ASIConfig, StateBuffers
 from mimic2dm.tasks.tracking2d.rewards import RewardConfig, combine, masked_sq_error, reward_terms
 from mimic2dm.tasks.tracking2d.terminations import fallen, reprojection_exceeded
+
+from mimic2dm.engines.base import SimState
+from mimic2dm.geometry import rotations as rot
 
 ROOT = torch.tensor([11, 12])
 
@@ -33,7 +33,12 @@ def view_obs(sim, valid, ref, mask, k):
     from mimic2dm.geometry.canonical import root_2d
     from mimic2dm.motion.keypoint_sets import COCO17
 
-    roots = torch.stack([torch.stack([root_2d(r[None], m[None], COCO17)[0] for r, m in zip(rr, mm, strict=True)]) for rr, mm in zip(ref, mask, strict=True)])
+    roots = torch.stack(
+        [
+            torch.stack([root_2d(r[None], m[None], COCO17)[0] for r, m in zip(rr, mm, strict=True)])
+            for rr, mm in zip(ref, mask, strict=True)
+        ]
+    )
     return O.observation_2d(sim, valid, ref, mask, roots, k, ROOT)
 
 
@@ -84,10 +89,21 @@ def test_proprioception_is_heading_invariant():
     dv = torch.randn(N, J, generator=g)
     a = O.proprioception(pos, q, v, w, brot, parents, dv, key)
     yaw = rot.quat_from_axis_angle(torch.tensor([0.0, 0, 1]).expand(N, 3), torch.full((N,), 1.3))
-    turn = lambda x: rot.quat_rotate(yaw.reshape(N, *([1] * (x.ndim - 2)), 4).expand(*x.shape[:-1], 4), x)  # noqa: E731
+    turn = lambda x: rot.quat_rotate(
+        yaw.reshape(N, *([1] * (x.ndim - 2)), 4).expand(*x.shape[:-1], 4), x
+    )  # noqa: E731
     qb = rot.quat_mul(yaw[:, None].expand(N, B, 4), brot)
     pos2 = turn(pos) + torch.tensor([5.0, -2.0, 0.0])
-    b = O.proprioception(pos2, qb[:, 0], turn(v), turn(w), qb, parents, dv, turn(key) + torch.tensor([5.0, -2.0, 0.0]))
+    b = O.proprioception(
+        pos2,
+        qb[:, 0],
+        turn(v),
+        turn(w),
+        qb,
+        parents,
+        dv,
+        turn(key) + torch.tensor([5.0, -2.0, 0.0]),
+    )
     assert a.shape == (N, 1 + 3 + 3 + 6 + 6 * (B - 1) + J + 6)
     assert torch.allclose(a, b, atol=1e-5)
 
@@ -112,7 +128,6 @@ def test_position_reward_known_answers():
 
 
 def test_rewards_ignore_masked_keypoints_and_resolution():
-    cfg = RewardConfig()
     ref = rand_uv(N=1)
     sim = ref + 10.0
     mask = torch.ones(1, 17, dtype=torch.bool)
@@ -140,7 +155,11 @@ def test_object_reward_term():
     ref = rand_uv(N=2)
     mask = torch.ones(2, 17, dtype=torch.bool)
     a = torch.zeros(2, 3)
-    obj = (torch.tensor([[100.0, 100.0], [100.0, 100.0]]), torch.tensor([[100.0, 100.0], [100.0 + 54.0, 100.0]]), torch.tensor([True, True]))
+    obj = (
+        torch.tensor([[100.0, 100.0], [100.0, 100.0]]),
+        torch.tensor([[100.0, 100.0], [100.0 + 54.0, 100.0]]),
+        torch.tensor([True, True]),
+    )
     t = reward_terms(ref, ref, mask, ref, ref, mask, torch.full((2,), 1080.0), a, a, cfg, obj)
     assert t["obj"][0] == pytest.approx(1.0)
     assert t["obj"][1] == pytest.approx(math.exp(-400 * 0.05**2), rel=1e-5)
@@ -170,7 +189,9 @@ def toy_states(F: int, value: float = 0.0) -> SimState:
 
 
 def test_asi_replaces_lowest_score_and_prefers_high_scores():
-    buf = StateBuffers(toy_states(5), torch.ones(5, dtype=torch.bool), ASIConfig(capacity=3, temperature=0.1))
+    buf = StateBuffers(
+        toy_states(5), torch.ones(5, dtype=torch.bool), ASIConfig(capacity=3, temperature=0.1)
+    )
     frames = torch.tensor([2, 2, 2, 2, 4])
     states = toy_states(5)
     states.root_pos[:, 0] = torch.tensor([1.0, 2.0, 3.0, 4.0, 9.0])
@@ -198,11 +219,17 @@ def test_asi_inverse_count_start_sampling_and_state_dict():
     buf.update(torch.tensor([1]), toy_states(1, 7.0), torch.tensor([3.0]))
     other = StateBuffers(toy_states(4), valid, cfg)
     other.load_state_dict(buf.state_dict())
-    assert torch.equal(other.scores, buf.scores) and torch.equal(other.states["root_pos"], buf.states["root_pos"])
+    assert torch.equal(other.scores, buf.scores) and torch.equal(
+        other.states["root_pos"], buf.states["root_pos"]
+    )
     with pytest.raises(ValueError, match="frames x capacity"):
-        StateBuffers(toy_states(5), torch.ones(5, dtype=torch.bool), cfg).load_state_dict(buf.state_dict())
+        StateBuffers(toy_states(5), torch.ones(5, dtype=torch.bool), cfg).load_state_dict(
+            buf.state_dict()
+        )
     with pytest.raises(ValueError, match="inverse_count"):
-        StateBuffers(toy_states(2), torch.ones(2, dtype=torch.bool), ASIConfig(start_sampling="sometimes"))
+        StateBuffers(
+            toy_states(2), torch.ones(2, dtype=torch.bool), ASIConfig(start_sampling="sometimes")
+        )
 
 
 def test_asi_ignores_nonfinite_states_and_values():

@@ -327,6 +327,19 @@ class Engine(abc.ABC):
             self._reset(env_ids, self.default_state(env_ids.numel()))
         return env_ids
 
+    def state_dict(self) -> dict:
+        """Exact state of every env, for checkpoints (exact resume of a training run).
+
+        The default keeps :meth:`get_state` (float32, no solver warm start), so a restored
+        run continues closely but not bit for bit; backends that can do better override
+        this and :meth:`load_state_dict`.
+        """
+        return {"sim_state": self.get_state().clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` of an engine with the same model and ``num_envs``."""
+        self.reset(None, state["sim_state"])
+
     def close(self) -> None:
         """Release simulator resources (threads, memory); the engine is unusable after."""
         self._close()

@@ -351,6 +351,25 @@ class MujocoEngine(Engine):
         # Full forward: keypoints, body poses and touch sensors of the new state.
         self._batch.forward(np.sort(ids).astype(np.int32), stage=_ACC)
 
+    def state_dict(self) -> dict:
+        """The batch's float64 state rows (qpos, qvel, ctrl, warm start, time): bit-exact."""
+        return {"mujoco_rows": self._batch.state.copy(), "nq": self.model.nq, "nv": self.model.nv}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; the next steps match the saved run's bit for bit."""
+        if "sim_state" in state:
+            return super().load_state_dict(state)
+        rows = np.asarray(state["mujoco_rows"])
+        if rows.shape != self._batch.state.shape or (state["nq"], state["nv"]) != (
+            self.model.nq,
+            self.model.nv,
+        ):
+            raise ValueError(f"MuJoCo state rows {rows.shape} (nq={state['nq']}, nv={state['nv']}) do not fit this engine "
+                             f"{self._batch.state.shape} (nq={self.model.nq}, nv={self.model.nv})")  # fmt: skip
+        self._batch.state[:] = rows
+        # the same stage as ``step`` computes, so read-outs equal the saved run's
+        self._batch.forward(None, stage=_VEL)
+
     def _nonfinite_envs(self) -> torch.Tensor:
         # `not (max < bound)` is True for NaN as well as for inf and huge values.
         bad = ~(np.abs(self._qpos).max(axis=1) < _DIVERGED) | ~(

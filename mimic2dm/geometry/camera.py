@@ -95,10 +95,14 @@ class Camera:
         checks = [("R", self.R, (3, 3)), ("t", self.t, (3,)), ("intrinsics", self.intrinsics, (4,))]
         for name, x, tail in checks:
             if x.ndim != len(tail) + 1 or tuple(x.shape[1:]) != tail:
-                raise ValueError(f"Camera.{name}: expected shape [F, {', '.join(map(str, tail))}], got {list(x.shape)}")
+                raise ValueError(
+                    f"Camera.{name}: expected shape [F, {', '.join(map(str, tail))}], got {list(x.shape)}"
+                )
         frames = {self.R.shape[0], self.t.shape[0], self.intrinsics.shape[0]} - {1}
         if len(frames) > 1:
-            raise ValueError(f"Camera: R, t and intrinsics disagree on the frame count: {sorted(frames)}")
+            raise ValueError(
+                f"Camera: R, t and intrinsics disagree on the frame count: {sorted(frames)}"
+            )
         if self.width <= 0 or self.height <= 0:
             raise ValueError(f"Camera: image size must be positive, got {self.width}x{self.height}")
 
@@ -111,7 +115,9 @@ class Camera:
     def is_dynamic(self) -> bool:
         return self.num_frames > 1
 
-    def params(self, frames: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def params(
+        self, frames: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(R [F', 3, 3], t [F', 3], intrinsics [F', 4])``, optionally at ``frames`` ``[F']``.
 
         Frame indices beyond a dynamic camera's last frame are clamped to it; a static
@@ -154,13 +160,17 @@ class Camera:
                    torch.from_numpy(np.asarray(arrays["intrinsics"])), w, h)  # fmt: skip
 
     @classmethod
-    def look_at(cls, eye, target, focal: float | torch.Tensor, width: int = 1920, height: int = 1080) -> Camera:
+    def look_at(
+        cls, eye, target, focal: float | torch.Tensor, width: int = 1920, height: int = 1080
+    ) -> Camera:
         """Camera(s) at ``eye [F, 3]`` looking at ``target [F, 3]`` with square pixels ``focal`` (``[]`` or ``[F]``)."""
         eye = torch.as_tensor(eye, dtype=torch.float32).reshape(-1, 3)
         target = torch.as_tensor(target, dtype=torch.float32).reshape(-1, 3)
         R, t = look_at(*torch.broadcast_tensors(eye, target))
         f = torch.as_tensor(focal, dtype=torch.float32).reshape(-1)
-        k = torch.stack([f, f, torch.full_like(f, width / 2), torch.full_like(f, height / 2)], dim=-1)
+        k = torch.stack(
+            [f, f, torch.full_like(f, width / 2), torch.full_like(f, height / 2)], dim=-1
+        )
         return cls(R, t, k, width, height)
 
 
@@ -169,11 +179,17 @@ def pixel_threshold(threshold_px_at_1080: float, image_height: int) -> float:
     return threshold_px_at_1080 * image_height / 1080.0
 
 
-def spherical_offset(azimuth: torch.Tensor, elevation: torch.Tensor, distance: torch.Tensor) -> torch.Tensor:
+def spherical_offset(
+    azimuth: torch.Tensor, elevation: torch.Tensor, distance: torch.Tensor
+) -> torch.Tensor:
     """Offset ``[..., 3]`` from a target to a camera at ``azimuth``/``elevation`` (radians), ``distance`` (m)."""
     ce = torch.cos(elevation)
     return torch.stack(
-        [distance * ce * torch.cos(azimuth), distance * ce * torch.sin(azimuth), distance * torch.sin(elevation)],
+        [
+            distance * ce * torch.cos(azimuth),
+            distance * ce * torch.sin(azimuth),
+            distance * torch.sin(elevation),
+        ],
         dim=-1,
     )
 

@@ -54,7 +54,9 @@ class CanonicalMotion:
         return torch.cat([self.local.reshape(T, -1), glob], dim=-1)
 
     @classmethod
-    def from_features(cls, feats: torch.Tensor, root0, scale0, mask: torch.Tensor | None = None) -> CanonicalMotion:
+    def from_features(
+        cls, feats: torch.Tensor, root0, scale0, mask: torch.Tensor | None = None
+    ) -> CanonicalMotion:
         """Inverse of :meth:`features` for ``feats [T, 2K + 3]``."""
         T = feats.shape[0]
         K = (feats.shape[1] - 3) // 2
@@ -64,7 +66,9 @@ class CanonicalMotion:
                    torch.as_tensor(root0, dtype=feats.dtype), torch.as_tensor(scale0, dtype=feats.dtype))  # fmt: skip
 
 
-def _group_mean(x: torch.Tensor, m: torch.Tensor, idx: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def _group_mean(
+    x: torch.Tensor, m: torch.Tensor, idx: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean of keypoints ``idx`` per frame, valid only when all of them are observed."""
     pts = x[:, list(idx)]
     ok = m[:, list(idx)].all(dim=1)
@@ -99,13 +103,17 @@ def _windowed_median(v: torch.Tensor, ok: torch.Tensor, window: int) -> torch.Te
     T = v.shape[0]
     half = window // 2
     vals = torch.where(ok, v, torch.full_like(v, float("nan")))
-    padded = torch.cat([vals.new_full((half,), float("nan")), vals, vals.new_full((half,), float("nan"))])
+    padded = torch.cat(
+        [vals.new_full((half,), float("nan")), vals, vals.new_full((half,), float("nan"))]
+    )
     med = padded.unfold(0, 2 * half + 1, 1).nanmedian(dim=1).values[:T]
     has = ~torch.isnan(med)
     return fill_by_interpolation(torch.nan_to_num(med)[:, None], has)[:, 0]
 
 
-def body_scale(x: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, window: int = 15) -> torch.Tensor:
+def body_scale(
+    x: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, window: int = 15
+) -> torch.Tensor:
     """Robust per-frame 2D body size ``[T]`` (pixels) of ``x [T, K, 2]``."""
     lengths, oks = [], []
     for a, b in kset.scale_segments:
@@ -113,9 +121,9 @@ def body_scale(x: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, window: i
         pb, okb = _group_mean(x, mask, b)
         lengths.append((pa - pb).norm(dim=-1))
         oks.append(oka & okb)
-    L, O = torch.stack(lengths, 1), torch.stack(oks, 1).to(x.dtype)
-    per_frame = (L * O).sum(1) / O.sum(1).clamp_min(1.0)
-    ok = O.sum(1) > 0
+    seg_len, seg_ok = torch.stack(lengths, 1), torch.stack(oks, 1).to(x.dtype)
+    per_frame = (seg_len * seg_ok).sum(1) / seg_ok.sum(1).clamp_min(1.0)
+    ok = seg_ok.sum(1) > 0
     if not ok.any():
         # nothing measurable: use the extent of the visible keypoints
         big = torch.where(mask[..., None], x, torch.nan)
@@ -138,7 +146,9 @@ def to_canonical(
     """
     x = torch.as_tensor(x)
     if x.ndim != 3 or x.shape[-1] != 2 or x.shape[1] != kset.num_keypoints:
-        raise ValueError(f"to_canonical: expected keypoints [T, {kset.num_keypoints}, 2], got {list(x.shape)}")
+        raise ValueError(
+            f"to_canonical: expected keypoints [T, {kset.num_keypoints}, 2], got {list(x.shape)}"
+        )
     m = torch.ones(x.shape[:2], dtype=torch.bool) if mask is None else torch.as_tensor(mask).bool()
     m = m & torch.isfinite(x).all(-1)
     x = torch.where(m[..., None], x, torch.zeros_like(x))

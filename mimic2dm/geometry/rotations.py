@@ -82,7 +82,9 @@ def exp_map_to_quat(e: torch.Tensor) -> torch.Tensor:
     angle = e.norm(dim=-1)
     axis = e / angle.unsqueeze(-1).clamp_min(_EPS)
     q = quat_from_axis_angle(axis, angle)
-    return torch.where((angle < _EPS).unsqueeze(-1), quat_identity(e.shape[:-1], e.dtype, e.device), q)
+    return torch.where(
+        (angle < _EPS).unsqueeze(-1), quat_identity(e.shape[:-1], e.dtype, e.device), q
+    )
 
 
 def quat_to_exp_map(q: torch.Tensor) -> torch.Tensor:
@@ -120,10 +122,42 @@ def matrix_to_quat(m: torch.Tensor) -> torch.Tensor:
     trace = m00 + m11 + m22
     cands = torch.stack(
         [
-            torch.stack([m[..., 2, 1] - m[..., 1, 2], m[..., 0, 2] - m[..., 2, 0], m[..., 1, 0] - m[..., 0, 1], 1 + trace], -1),
-            torch.stack([1 + m00 - m11 - m22, m[..., 0, 1] + m[..., 1, 0], m[..., 0, 2] + m[..., 2, 0], m[..., 2, 1] - m[..., 1, 2]], -1),
-            torch.stack([m[..., 0, 1] + m[..., 1, 0], 1 + m11 - m00 - m22, m[..., 1, 2] + m[..., 2, 1], m[..., 0, 2] - m[..., 2, 0]], -1),
-            torch.stack([m[..., 0, 2] + m[..., 2, 0], m[..., 1, 2] + m[..., 2, 1], 1 + m22 - m00 - m11, m[..., 1, 0] - m[..., 0, 1]], -1),
+            torch.stack(
+                [
+                    m[..., 2, 1] - m[..., 1, 2],
+                    m[..., 0, 2] - m[..., 2, 0],
+                    m[..., 1, 0] - m[..., 0, 1],
+                    1 + trace,
+                ],
+                -1,
+            ),
+            torch.stack(
+                [
+                    1 + m00 - m11 - m22,
+                    m[..., 0, 1] + m[..., 1, 0],
+                    m[..., 0, 2] + m[..., 2, 0],
+                    m[..., 2, 1] - m[..., 1, 2],
+                ],
+                -1,
+            ),
+            torch.stack(
+                [
+                    m[..., 0, 1] + m[..., 1, 0],
+                    1 + m11 - m00 - m22,
+                    m[..., 1, 2] + m[..., 2, 1],
+                    m[..., 0, 2] - m[..., 2, 0],
+                ],
+                -1,
+            ),
+            torch.stack(
+                [
+                    m[..., 0, 2] + m[..., 2, 0],
+                    m[..., 1, 2] + m[..., 2, 1],
+                    1 + m22 - m00 - m11,
+                    m[..., 1, 0] - m[..., 0, 1],
+                ],
+                -1,
+            ),
         ],
         dim=-2,
     )  # [..., 4 candidates, xyzw]

@@ -91,7 +91,9 @@ def sample_camera(
     centre = 0.5 * (root.min(dim=0).values + root.max(dim=0).values)
     if mode == "static":
         for _ in range(20):
-            cam = Camera.look_at(centre + spherical_offset(az, el, dist), centre, focal, cfg.width, cfg.height)
+            cam = Camera.look_at(
+                centre + spherical_offset(az, el, dist), centre, focal, cfg.width, cfg.height
+            )
             if _root_in_view(cam, root, cfg.margin):
                 break
             dist = dist * 1.25

@@ -43,7 +43,9 @@ class KeypointSet:
         try:
             return self.names.index(name)
         except ValueError:
-            raise KeyError(f"keypoint set {self.name!r} has no keypoint {name!r}; valid: {', '.join(self.names)}") from None
+            raise KeyError(
+                f"keypoint set {self.name!r} has no keypoint {name!r}; valid: {', '.join(self.names)}"
+            ) from None
 
 
 COCO17 = KeypointSet(

@@ -48,7 +48,11 @@ def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
 
 def rng_state() -> dict:
     """Python, numpy and torch RNG states."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
 
 
 def set_rng_state(state: dict) -> None:
@@ -83,7 +87,9 @@ class CheckpointManager:
     def best_path(self) -> Path:
         return self.dir / "best.pt"
 
-    def save(self, state: dict, step: int, metric: float | None = None, snapshot: bool = False) -> Path:
+    def save(
+        self, state: dict, step: int, metric: float | None = None, snapshot: bool = False
+    ) -> Path:
         """Write ``last.pt`` (and ``best.pt`` when ``metric`` improves, ``step_<N>.pt`` when asked)."""
         state = {**state, "step": step, "best_metric": self.best}
         if metric is not None and (self.best is None or self.sign * metric > self.sign * self.best):

@@ -40,10 +40,14 @@ class StateBuffers:
     def __init__(self, initial: SimState, valid_starts: torch.Tensor, cfg: ASIConfig):
         F, M = initial.num_envs, cfg.capacity
         if cfg.start_sampling not in ("uniform", "inverse_count"):
-            raise ValueError(f"asi.start_sampling {cfg.start_sampling!r} is not one of uniform, inverse_count")
+            raise ValueError(
+                f"asi.start_sampling {cfg.start_sampling!r} is not one of uniform, inverse_count"
+            )
         self.cfg = cfg
         self.states = {
-            f.name: getattr(initial, f.name)[:, None].expand(F, M, *getattr(initial, f.name).shape[1:]).clone()
+            f.name: getattr(initial, f.name)[:, None]
+            .expand(F, M, *getattr(initial, f.name).shape[1:])
+            .clone()
             for f in dataclasses.fields(initial)
         }
         self.scores = torch.full((F, M), float("-inf"))

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mimic2dm.engines import load_engine
-from mimic2dm.geometry.virtual import VirtualCameraConfig
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask, TrackingConfig
+
+from mimic2dm.engines import load_engine
+from mimic2dm.geometry.virtual import VirtualCameraConfig
 
 
 @dataclass
@@ -43,9 +44,15 @@ class EnvSpec:
 def make_task(spec: EnvSpec, num_envs: int, seed: int = 0) -> Tracking2DTask:
     """Build the engine and the task described by ``spec`` with ``num_envs`` envs."""
     if not spec.data:
-        raise ValueError("EnvSpec.data: no reference clip given (expected one or more 2D-motion .npz files)")
+        raise ValueError(
+            "EnvSpec.data: no reference clip given (expected one or more 2D-motion .npz files)"
+        )
     library = ReferenceLibrary.from_files(
-        list(spec.data), spec.control_hz, view_mode=spec.view_mode, camera_mode=spec.camera_mode, camera_config=spec.camera
+        list(spec.data),
+        spec.control_hz,
+        view_mode=spec.view_mode,
+        camera_mode=spec.camera_mode,
+        camera_config=spec.camera,
     )
     engine = load_engine(spec.engine, spec.character, num_envs=num_envs, objects=tuple(spec.objects),
                          control_dt=1.0 / spec.control_hz, physics_dt=1.0 / spec.physics_hz, **spec.engine_kwargs)  # fmt: skip

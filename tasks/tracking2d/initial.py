@@ -11,11 +11,11 @@ from __future__ import annotations
 import warnings
 
 import torch
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
 from mimic2dm.engines.base import SimState
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.motion.keypoint_sets import KeypointSet
-from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
 
 def forward_yaw(kp3d: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
@@ -63,7 +63,10 @@ def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimSt
         sl = slice(int(library.offsets[c]), int(library.offsets[c] + library.lengths[c]))
         kp = clip.keypoints3d
         dyaw = forward_yaw(kp, library.kset) - yaw0
-        q = rot.quat_mul(rot.quat_from_axis_angle(z.expand(kp.shape[0], 3), dyaw), root_quat.expand(kp.shape[0], 4))
+        q = rot.quat_mul(
+            rot.quat_from_axis_angle(z.expand(kp.shape[0], 3), dyaw),
+            root_quat.expand(kp.shape[0], 4),
+        )
         # put the default pose's keypoint root over the reference root, keep standing height
         offset = rot.quat_rotate(q, (root_pos - root_kp0).expand(kp.shape[0], 3))
         target = kp[:, list(library.kset.root)].mean(1)

@@ -103,7 +103,12 @@ def observation_2d(
     offset = rroot - own_root[:, None]
     N = sim_uv.shape[0]
     return torch.cat(
-        [own_local.reshape(N, -1), ref_local.reshape(N, -1), ref_mask.to(own.dtype).reshape(N, -1), offset.reshape(N, -1)],
+        [
+            own_local.reshape(N, -1),
+            ref_local.reshape(N, -1),
+            ref_mask.to(own.dtype).reshape(N, -1),
+            offset.reshape(N, -1),
+        ],
         dim=-1,
     )
 

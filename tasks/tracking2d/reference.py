@@ -57,7 +57,9 @@ class Clip:
         return self.uv.shape[0]
 
 
-def _cameras_per_frame(cams: list[Camera], T: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _cameras_per_frame(
+    cams: list[Camera], T: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     Rs, ts, ks = [], [], []
     frames = torch.arange(T)
     for cam in cams:
@@ -87,7 +89,9 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
     T_src = m.num_frames
     kp3d = None if m.keypoints3d is None else torch.from_numpy(m.keypoints3d).float()
     if abs(m.fps - control_hz) > 1e-6:
-        uv = torch.from_numpy(np.stack([resample(u, m.fps, control_hz) for u in uv.numpy()])).float()
+        uv = torch.from_numpy(
+            np.stack([resample(u, m.fps, control_hz) for u in uv.numpy()])
+        ).float()
         T = uv.shape[1]
         near = torch.round(torch.linspace(0, T_src - 1, T)).long()
         mask = mask[:, near]
@@ -139,14 +143,18 @@ class ReferenceLibrary:
             raise ValueError(f"view_mode {view_mode!r} is not one of clip, virtual, mixed")
         if view_mode != "clip" and any(c.keypoints3d is None for c in clips):
             bad = [c.name for c in clips if c.keypoints3d is None]
-            raise ValueError(f"view_mode={view_mode!r} needs 3D keypoints; clips without them: {bad}")
+            raise ValueError(
+                f"view_mode={view_mode!r} needs 3D keypoints; clips without them: {bad}"
+            )
         self.clips = list(clips)
         self.kset: KeypointSet = load_keypoint_set(keypoint_set)
         self.view_mode = view_mode
         self.camera_mode = camera_mode
         self.camera_config = camera_config or VirtualCameraConfig()
         self.lengths = torch.tensor([c.num_frames for c in self.clips])
-        self.offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(self.lengths, 0)[:-1]])
+        self.offsets = torch.cat(
+            [torch.zeros(1, dtype=torch.long), torch.cumsum(self.lengths, 0)[:-1]]
+        )
         self.max_len = int(self.lengths.max())
         self.root_idx = torch.tensor(self.kset.root)
 
@@ -156,8 +164,13 @@ class ReferenceLibrary:
         motions = [load_motion2d(p) for p in paths]
         sets = {m.keypoint_set for m in motions}
         if len(sets) != 1:
-            raise ValueError(f"reference clips mix keypoint sets {sorted(sets)}: {list(map(str, paths))}")
-        clips = [clip_from_motion(m, control_hz, Path(p).stem) for m, p in zip(motions, paths, strict=True)]
+            raise ValueError(
+                f"reference clips mix keypoint sets {sorted(sets)}: {list(map(str, paths))}"
+            )
+        clips = [
+            clip_from_motion(m, control_hz, Path(p).stem)
+            for m, p in zip(motions, paths, strict=True)
+        ]
         return cls(clips, sets.pop(), **kw)
 
     @property
@@ -176,10 +189,23 @@ class ReferenceLibrary:
     def camera(self, clip_id: int, view: int):
         """The :class:`Camera` of one clip view (per-frame parameters)."""
         c = self.clips[clip_id]
-        return Camera(c.cam_R[view], c.cam_t[view], c.intrinsics[view], int(c.image_width[view]), int(c.image_height[view]))
+        return Camera(
+            c.cam_R[view],
+            c.cam_t[view],
+            c.intrinsics[view],
+            int(c.image_width[view]),
+            int(c.image_height[view]),
+        )
 
     def _clip_view(self, clip: Clip, view: int):
-        return clip.uv[view], clip.mask[view], clip.cam_R[view], clip.cam_t[view], clip.intrinsics[view], clip.image_height[view]
+        return (
+            clip.uv[view],
+            clip.mask[view],
+            clip.cam_R[view],
+            clip.cam_t[view],
+            clip.intrinsics[view],
+            clip.image_height[view],
+        )
 
     def _virtual_view(self, clip: Clip, gen: torch.Generator):
         kp3d = clip.keypoints3d
@@ -191,7 +217,11 @@ class ReferenceLibrary:
         return uv, mask, R, t, k, torch.tensor(float(cam.height))
 
     def episode_views(
-        self, clip_ids: torch.Tensor, gen: torch.Generator, num_views: int = 1, view_ids: torch.Tensor | None = None
+        self,
+        clip_ids: torch.Tensor,
+        gen: torch.Generator,
+        num_views: int = 1,
+        view_ids: torch.Tensor | None = None,
     ) -> EpisodeViews:
         """Draw ``num_views`` views per env for clips ``clip_ids [E]``: the references of new episodes.
 

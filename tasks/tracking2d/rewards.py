@@ -25,7 +25,9 @@ class RewardConfig:
     alpha_reg: float = 0.05
 
 
-def masked_sq_error(x: torch.Tensor, xhat: torch.Tensor, mask: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
+def masked_sq_error(
+    x: torch.Tensor, xhat: torch.Tensor, mask: torch.Tensor, height: torch.Tensor
+) -> torch.Tensor:
     """``e = sum_k m_k ||x_k - xhat_k||^2 / (H^2 sum_k m_k)``.
 
     Args:

@@ -15,15 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-
-from mimic2dm.engines.base import Engine, SimState
-from mimic2dm.geometry.camera import MIN_DEPTH, project_points
 from mimic2dm.tasks.tracking2d import observations as O
 from mimic2dm.tasks.tracking2d import terminations as X
 from mimic2dm.tasks.tracking2d.asi import ASIConfig, StateBuffers
 from mimic2dm.tasks.tracking2d.initial import initial_states
 from mimic2dm.tasks.tracking2d.reference import EpisodeViews, ReferenceLibrary
 from mimic2dm.tasks.tracking2d.rewards import RewardConfig, combine, reward_terms
+
+from mimic2dm.engines.base import Engine, SimState
+from mimic2dm.geometry.camera import MIN_DEPTH, project_points
 
 CAUSES = ("reprojection", "fall", "nonfinite", "timeout")
 
@@ -58,7 +58,9 @@ class Tracking2DTask:
                  init: SimState | None = None):  # fmt: skip
         spec = engine.character
         if spec.keypoint_set != library.kset.name:
-            raise ValueError(f"character {spec.name!r} has keypoints {spec.keypoint_set!r} but the reference clips use {library.kset.name!r}")
+            raise ValueError(
+                f"character {spec.name!r} has keypoints {spec.keypoint_set!r} but the reference clips use {library.kset.name!r}"
+            )
         self.engine, self.lib, self.cfg = engine, library, cfg
         self.N, self.V, self.K = engine.num_envs, cfg.num_views, engine.num_keypoints
         self.gen = torch.Generator().manual_seed(seed)
@@ -105,7 +107,9 @@ class Tracking2DTask:
             return
         g = self.asi.sample_frames(env_ids.numel(), self.gen)
         clip = torch.searchsorted(self.lib.offsets, g, right=True) - 1
-        self.start_episodes(env_ids, clip, g - self.lib.offsets[clip], self.asi.sample_states(g, self.gen))
+        self.start_episodes(
+            env_ids, clip, g - self.lib.offsets[clip], self.asi.sample_states(g, self.gen)
+        )
 
     def start_episodes(self, env_ids: torch.Tensor, clip_ids: torch.Tensor, frames: torch.Tensor,
                        states: SimState, view_ids: torch.Tensor | None = None) -> None:  # fmt: skip
@@ -157,19 +161,31 @@ class Tracking2DTask:
         prop = self._proprioception()
         uv, valid = self.project_character()
         n = self.cfg.num_future
-        fut = torch.minimum(self.frame[:, None] + torch.arange(1, n + 1), self.views.length[:, None] - 1)  # [N, n]
+        fut = torch.minimum(
+            self.frame[:, None] + torch.arange(1, n + 1), self.views.length[:, None] - 1
+        )  # [N, n]
         e = torch.arange(self.N)[:, None]
         ref_uv = self.views.uv[e, :, fut].transpose(1, 2)  # [N, V, n, K, 2]
         ref_mask = self.views.mask[e, :, fut].transpose(1, 2)
         ref_root = self.views.root[e, :, fut].transpose(1, 2)
         _, _, k = self._cams(self.frame)
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
-        view_obs = O.observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root), flat(k), self.root_idx)
+        view_obs = O.observation_2d(
+            flat(uv),
+            flat(valid),
+            flat(ref_uv),
+            flat(ref_mask),
+            flat(ref_root),
+            flat(k),
+            self.root_idx,
+        )
         self._obs_state = self.engine.get_state()
         return torch.cat([prop, view_obs.reshape(self.N, -1)], dim=-1)
 
     # ------------------------------------------------------------------ stepping
-    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
+    def step(
+        self, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict]:
         """Apply normalised actions ``[N, J]`` in [-1, 1] as PD targets for one control step.
 
         Returns:
@@ -192,7 +208,9 @@ class Tracking2DTask:
         causes = self._terminations(flat(uv), flat(ref), flat(mask), H)
         reward = torch.where(causes["nonfinite"], torch.zeros_like(reward), reward).nan_to_num(0.0)
         terminated = causes["reprojection"] | causes["fall"] | causes["nonfinite"]
-        truncated = ~terminated & ((self.frame >= self.views.length - 1) | (self.steps >= self.cfg.max_episode_steps))
+        truncated = ~terminated & (
+            (self.frame >= self.views.length - 1) | (self.steps >= self.cfg.max_episode_steps)
+        )
         causes["timeout"] = truncated
         self.ep_return += reward
         self.prev_action = a.clone()
@@ -210,11 +228,19 @@ class Tracking2DTask:
     def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
         nonfinite = self.engine.nonfinite_envs()
         root_h = self.engine.get_state().root_pos[:, 2]
-        reproj = X.reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term).reshape(self.N, self.V).any(1)
+        reproj = (
+            X.reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term)
+            .reshape(self.N, self.V)
+            .any(1)
+        )
         fall = X.fallen(root_h, self.cfg.fall_height)
         if not self.cfg.early_termination:
             reproj, fall = torch.zeros_like(reproj), torch.zeros_like(fall)
-        return {"reprojection": reproj & ~nonfinite, "fall": fall & ~nonfinite & ~reproj, "nonfinite": nonfinite}
+        return {
+            "reprojection": reproj & ~nonfinite,
+            "fall": fall & ~nonfinite & ~reproj,
+            "nonfinite": nonfinite,
+        }
 
     def _info(self, terms, causes, done) -> dict:
         return {
@@ -237,7 +263,9 @@ class Tracking2DTask:
             return 0
         ids = torch.nonzero(keep).flatten()
         g = self.lib.global_frame(self.clip[ids], self.frame[ids])
-        return self.asi.update(g, self._obs_state.index(ids), values.detach().reshape(-1)[ids].float())
+        return self.asi.update(
+            g, self._obs_state.index(ids), values.detach().reshape(-1)[ids].float()
+        )
 
     def state_dict(self) -> dict:
         """What a checkpoint needs to resume the task exactly (ASI buffers, RNG)."""
@@ -246,4 +274,3 @@ class Tracking2DTask:
     def load_state_dict(self, d: dict) -> None:
         self.asi.load_state_dict(d["asi"])
         self.gen.set_state(d["rng"])
-
