@@ -103,6 +103,14 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
     return Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels))
 
 
+def _empty_views(E: int, T: int, K: int) -> EpisodeViews:
+    return EpisodeViews(
+        torch.zeros(E, T, K, 2), torch.zeros(E, T, K, dtype=torch.bool), torch.zeros(E, T, 2),
+        torch.eye(3).repeat(E, T, 1, 1), torch.zeros(E, T, 3), torch.ones(E, T, 4),
+        torch.zeros(E), torch.zeros(E, dtype=torch.long),
+    )  # fmt: skip
+
+
 @dataclass
 class EpisodeViews:
     """Per-env reference tensors of new episodes (``E`` envs, ``V`` views each, ``T`` = longest clip)."""
@@ -115,6 +123,14 @@ class EpisodeViews:
     intrinsics: torch.Tensor  # [E, V, T, 4]
     height: torch.Tensor  # [E] image height (pixels; the views of one env share it)
     length: torch.Tensor  # [E] frames of each env's clip
+
+    def reshape_(self, C: int, V: int) -> EpisodeViews:
+        """View the leading ``C * V`` axis as ``[C, V]`` (per-view fields; height becomes ``[C, V]``)."""
+        for name in ("uv", "mask", "root", "cam_R", "cam_t", "intrinsics"):
+            x = getattr(self, name)
+            setattr(self, name, x.reshape(C, V, *x.shape[1:]))
+        self.height = self.height.reshape(C, V)
+        return self
 
 
 class ReferenceLibrary:
@@ -157,6 +173,30 @@ class ReferenceLibrary:
         )
         self.max_len = int(self.lengths.max())
         self.root_idx = torch.tensor(self.kset.root)
+        self.num_views = torch.tensor([c.num_views for c in self.clips])
+        self._padded = self._pad_clip_views()
+
+    def _pad_clip_views(self) -> EpisodeViews:
+        """All clip views padded to ``[C, Vmax, Tmax, ...]`` so episodes gather them at once."""
+        C, V, T, K = (
+            self.num_clips,
+            int(self.num_views.max()),
+            self.max_len,
+            self.kset.num_keypoints,
+        )
+        p = _empty_views(C * V, T, K).reshape_(C, V)
+        for c, clip in enumerate(self.clips):
+            n = clip.num_frames
+            p.uv[c, : clip.num_views, :n], p.mask[c, : clip.num_views, :n] = clip.uv, clip.mask
+            p.cam_R[c, : clip.num_views, :n], p.cam_t[c, : clip.num_views, :n] = (
+                clip.cam_R,
+                clip.cam_t,
+            )
+            p.intrinsics[c, : clip.num_views, :n] = clip.intrinsics
+            for v in range(clip.num_views):
+                p.root[c, v, :n] = root_2d(clip.uv[v], clip.mask[v], self.kset)
+            p.height[c, : clip.num_views] = clip.image_height
+        return p
 
     @classmethod
     def from_files(cls, paths: Sequence[str | Path], control_hz: float, **kw) -> ReferenceLibrary:
@@ -228,28 +268,39 @@ class ReferenceLibrary:
         Clip views are drawn without replacement while the clip has enough of them;
         ``view_ids [E, V]`` picks given clip views instead (evaluation).
         """
-        E, V, T, K = clip_ids.shape[0], num_views, self.max_len, self.kset.num_keypoints
+        E, V = clip_ids.shape[0], num_views
+        nv = self.num_views[clip_ids]
+        if view_ids is None:
+            # a random order of each clip's views (missing view slots sort last)
+            Vmax = int(self.num_views.max())
+            key = (
+                torch.rand(E, Vmax, generator=gen) + (torch.arange(Vmax) >= nv[:, None]).float() * 2
+            )
+            order = key.argsort(dim=1)
+            view_ids = order.gather(1, torch.arange(V)[None] % nv[:, None])
+        p = self._padded
+        c = clip_ids[:, None]
         out = EpisodeViews(
-            torch.zeros(E, V, T, K, 2), torch.zeros(E, V, T, K, dtype=torch.bool), torch.zeros(E, V, T, 2),
-            torch.eye(3).repeat(E, V, T, 1, 1), torch.zeros(E, V, T, 3), torch.ones(E, V, T, 4),
-            torch.zeros(E), self.lengths[clip_ids].clone(),
+            p.uv[c, view_ids], p.mask[c, view_ids], p.root[c, view_ids], p.cam_R[c, view_ids],
+            p.cam_t[c, view_ids], p.intrinsics[c, view_ids], p.height[clip_ids, view_ids[:, 0]],
+            self.lengths[clip_ids].clone(),
         )  # fmt: skip
+        if self.view_mode != "clip":
+            self._draw_virtual(out, clip_ids, gen)
+        return out
+
+    def _draw_virtual(
+        self, out: EpisodeViews, clip_ids: torch.Tensor, gen: torch.Generator
+    ) -> None:
+        """Replace views of ``out`` by fresh virtual views (all in ``virtual`` mode, half in ``mixed``)."""
         for e, c in enumerate(clip_ids.tolist()):
             clip = self.clips[c]
-            order = torch.randperm(clip.num_views, generator=gen)
-            for v in range(V):
-                virtual = view_ids is None and (self.view_mode == "virtual" or (
-                    self.view_mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5)
-                ))  # fmt: skip
-                if view_ids is not None:
-                    uv, mask, R, t, k, h = self._clip_view(clip, int(view_ids[e, v]))
-                elif virtual:
-                    uv, mask, R, t, k, h = self._virtual_view(clip, gen)
-                else:
-                    uv, mask, R, t, k, h = self._clip_view(clip, int(order[v % clip.num_views]))
+            for v in range(out.uv.shape[1]):
+                if self.view_mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5):
+                    continue
+                uv, mask, R, t, k, h = self._virtual_view(clip, gen)
                 n = clip.num_frames
                 out.uv[e, v, :n], out.mask[e, v, :n] = uv, mask
                 out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n] = R, t, k
                 out.root[e, v, :n] = root_2d(uv, mask, self.kset)
                 out.height[e] = h
-        return out

@@ -83,6 +83,7 @@ class Tracking2DTask:
         self.prev_action = torch.zeros(self.N, engine.num_dofs)
         self.views: EpisodeViews | None = None
         self._obs_state: SimState | None = None
+        self._cache: dict = {}
         self.reset(torch.arange(self.N))
         self.prop_dim = self._proprioception().shape[1]
         self.view_dim = O.observation_2d_size(self.K, cfg.num_future)
@@ -120,12 +121,21 @@ class Tracking2DTask:
         self.ep_return[env_ids] = 0.0
         self.prev_action[env_ids] = 0.0
         self.engine.reset(env_ids, states)
+        self._cache.clear()
         views = self.lib.episode_views(clip_ids, self.gen, self.V, view_ids)
         if self.views is None:
             self.views = views
         else:
             for name in vars(views):
                 getattr(self.views, name)[env_ids] = getattr(views, name)
+
+    def _read(self, what: str):
+        """Engine read-outs, fetched once per physics state (the cache clears on step/reset)."""
+        if what not in self._cache:
+            read = {"state": self.engine.get_state, "bodies": self.engine.get_body_poses,
+                    "keypoints": self.engine.get_keypoints}[what]  # fmt: skip
+            self._cache[what] = read()
+        return self._cache[what]
 
     def _cams(self, frame: torch.Tensor):
         e = torch.arange(self.N)
@@ -139,7 +149,7 @@ class Tracking2DTask:
             ``uv [N, V, K, 2]`` pixels and ``valid [N, V, K]`` (in front of the camera).
         """
         R, t, k = self._cams(self.frame)
-        kp = self.engine.get_keypoints()[:, None].expand(-1, self.V, -1, -1)
+        kp = self._read("keypoints")[:, None].expand(-1, self.V, -1, -1)
         uv, depth = project_points(R, t, k, kp)
         return uv, depth > MIN_DEPTH
 
@@ -151,8 +161,8 @@ class Tracking2DTask:
 
     # ------------------------------------------------------------------ observations
     def _proprioception(self) -> torch.Tensor:
-        s = self.engine.get_state()
-        pos, brot = self.engine.get_body_poses()
+        s = self._read("state")
+        pos, brot = self._read("bodies")
         return O.proprioception(s.root_pos, s.root_rot, s.root_lin_vel, s.root_ang_vel, brot, self.parents,
                                 s.dof_vel, pos[:, self.key_idx])  # fmt: skip
 
@@ -179,7 +189,7 @@ class Tracking2DTask:
             flat(k),
             self.root_idx,
         )
-        self._obs_state = self.engine.get_state()
+        self._obs_state = self._read("state")
         return torch.cat([prop, view_obs.reshape(self.N, -1)], dim=-1)
 
     # ------------------------------------------------------------------ stepping
@@ -222,12 +232,13 @@ class Tracking2DTask:
     def advance(self, actions: torch.Tensor) -> None:
         """Physics only: apply normalised ``actions [N, J]`` as PD targets, move one frame on."""
         self.engine.step(self.act_offset + self.act_scale * actions.clamp(-1.0, 1.0))
+        self._cache.clear()
         self.frame += 1
         self.steps += 1
 
     def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
         nonfinite = self.engine.nonfinite_envs()
-        root_h = self.engine.get_state().root_pos[:, 2]
+        root_h = self._read("state").root_pos[:, 2]
         reproj = (
             X.reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term)
             .reshape(self.N, self.V)
