@@ -6,6 +6,7 @@ import typer
 
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.motion.cli import app as data_app
+from mimic2dm.video.cli import bench_pose, extract, pose_app
 
 app = typer.Typer(
     name="mimic2dm",
@@ -17,6 +18,9 @@ app.add_typer(data_app, name="data", help="2D/3D motion data: synthesise views, 
 app.add_typer(
     bench_app, name="bench", help="Benchmarks (ratios against baselines measured in the same run)."
 )
+app.add_typer(pose_app, name="pose", help="Pose models: convert mmpose checkpoints, list architectures.")
+app.command("extract")(extract)
+bench_app.command("pose")(bench_pose)
 
 
 @app.command()

@@ -1,0 +1,265 @@
+"""Command-line entry points of the video pipeline (mounted by ``mimic2dm/cli.py``).
+
+- ``pose_app`` (``mimic2dm pose ...``): ``convert-mmpose``, ``list``.
+- :func:`extract` (``mimic2dm extract VIDEO... --out DIR``).
+- :func:`bench_pose` (``mimic2dm bench pose``).
+
+Exit codes: 0 success; 1 a clip failed / the checkpoint could not be converted (the
+message names the file and the problem); 2 bad command-line usage.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+pose_app = typer.Typer(
+    help="Pose models: convert mmpose checkpoints, list architectures.", no_args_is_help=True
+)
+
+
+def _console(stderr: bool = False) -> Console:
+    console = Console(stderr=stderr, highlight=False)
+    # wide when not a terminal so that tables and paths are not cut in logs and tests
+    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=200)
+
+
+def _error(msg: str) -> None:
+    _console(stderr=True).print(f"error: {msg}", markup=False, soft_wrap=True)
+
+
+def _check_device(device: str) -> str:
+    import torch
+
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise typer.BadParameter(f"{device!r} is not cpu or cuda", param_hint="--device")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise typer.BadParameter(
+            "CUDA is not available on this machine; use --device cpu", param_hint="--device"
+        )
+    return device
+
+
+@pose_app.command("convert-mmpose")
+def convert_mmpose(
+    ckpt: Annotated[
+        Path, typer.Argument(help="mmpose ViTPose checkpoint (.pth): ViTPose repo or mmpose 1.x.")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Output folder (transformers format).")],
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="coco | ap10k | apt36k | aic | mpii | wholebody: keypoint names; ViTPose++ expert and head."
+        ),
+    ] = "coco",
+    num_heads: Annotated[
+        int | None,
+        typer.Option(help="Attention heads, for a non-standard width (default from the width)."),
+    ] = None,
+    image_size: Annotated[
+        tuple[int, int] | None,
+        typer.Option(help="Input HEIGHT WIDTH if not 256 192 / 384 288 / 256 256."),
+    ] = None,
+    trust_checkpoint: Annotated[
+        bool,
+        typer.Option(help="Unpickle arbitrary objects in the file (only for files you trust)."),
+    ] = False,
+) -> None:
+    """Map an mmpose ViTPose / ViTPose++ checkpoint onto transformers' VitPoseForPoseEstimation."""
+    from mimic2dm.video.convert import ConversionError, convert_mmpose_checkpoint
+
+    try:
+        rec = convert_mmpose_checkpoint(ckpt, out, dataset, num_heads, image_size, trust_checkpoint)
+    except ConversionError as e:
+        _error(str(e))
+        raise typer.Exit(1) from None
+    c = _console()
+    c.print(
+        f"converted {ckpt} ({rec['layout']} layout{', ViTPose++ expert ' + dataset if rec['moe'] else ''}): "
+        f"width {rec['hidden_size']}, {rec['num_layers']} layers, {rec['num_heads']} heads, "
+        f"{rec['decoder']} decoder, {rec['num_keypoints']} keypoints, {rec['parameters']:,} parameters",
+        markup=False,
+    )
+    c.print(f"wrote {out}; use it with: mimic2dm extract VIDEO --pose-model {out}", markup=False)
+
+
+@pose_app.command("list")
+def list_models() -> None:
+    """Registered pose architectures and detectors, with their transformers weights."""
+    from mimic2dm.video.detector import DETECTORS
+    from mimic2dm.video.pose import POSE_MODELS
+
+    table = Table(title="pose models (use a name with --random-weights, or a converted folder)")
+    for col in ("name", "width/layers/heads", "decoder", "keypoints", "transformers weights"):
+        table.add_column(col)
+    for name in POSE_MODELS.names():
+        s = POSE_MODELS.load(name)
+        table.add_row(name, f"{s.hidden_size}/{s.num_layers}/{s.num_heads}", "simple" if s.simple_decoder else "classic",
+                      s.layout, s.hub_id or "convert-mmpose")  # fmt: skip
+    det = Table(title="detectors")
+    det.add_column("name")
+    det.add_column("transformers weights")
+    for name in DETECTORS.names():
+        det.add_row(name, DETECTORS.load(name).hub_id)
+    _console().print(table)
+    _console().print(det)
+
+
+def _report_table(reports) -> Table:
+    table = Table(title="extracted clips")
+    for col in (
+        "clip",
+        "status",
+        "frames",
+        "fps",
+        "mean conf",
+        "masked",
+        "filled",
+        "subject",
+        "ball",
+        "error",
+    ):
+        table.add_column(col, overflow="fold")
+    fmt = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731
+    for r in reports:
+        table.add_row(r.clip, r.status, str(r.frames), fmt(r.fps or None, "g"), fmt(r.mean_confidence, ".3f"),
+                      fmt(r.masked_fraction, ".1%"), fmt(r.filled_fraction, ".1%"), fmt(r.subject_track, "d"),
+                      "-" if r.ball is None else ("yes" if r.ball else "no"), r.error or "")  # fmt: skip
+    return table
+
+
+def extract(
+    videos: Annotated[list[Path], typer.Argument(help="Video files (anything PyAV/FFmpeg reads).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Output folder: <clip>.npz per video + manifest.json.")
+    ],
+    character: Annotated[
+        str, typer.Option(help="humanoid (COCO-17, person boxes) | dog (dog17, dog boxes).")
+    ] = "humanoid",
+    pose_model: Annotated[
+        str | None,
+        typer.Option(
+            help="Registry name, folder or model id (default: vitpose-b for humanoid, vitpose-plus-b-ap10k for dog)."
+        ),
+    ] = None,
+    detector: Annotated[
+        str, typer.Option(help="Registry name (rtdetr-r18 | rtdetr-r50), folder or model id.")
+    ] = "rtdetr-r50",
+    device: Annotated[str, typer.Option(help="cpu | cuda.")] = "cpu",
+    batch: Annotated[int, typer.Option(min=1, help="Frames per detector / pose forward pass.")] = 8,
+    track_id: Annotated[
+        int | None,
+        typer.Option(help="Follow this track id (see meta.tracks) instead of the largest."),
+    ] = None,
+    rotations: Annotated[
+        bool,
+        typer.Option(help="Yu 2021: pose on 0/90/180/270-degree crops, keep the best (4x cost)."),
+    ] = False,
+    preview: Annotated[
+        Path | None,
+        typer.Option(help="Write OUT.mp4 (OUT_<clip>.mp4 per clip for several videos)."),
+    ] = None,
+    random_weights: Annotated[
+        bool,
+        typer.Option(
+            help="Untrained models (offline smoke run); files say so in meta.random_weights."
+        ),
+    ] = False,
+    det_threshold: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            max=1.0,
+            help="Detection score threshold (default 0.3; 0 with --random-weights).",
+        ),
+    ] = None,
+    ball: Annotated[bool, typer.Option(help="Track the sports ball as the clip's object.")] = True,
+    max_gap: Annotated[
+        float, typer.Option(min=0.0, help="Longest gap (seconds) that is interpolated.")
+    ] = 0.25,
+    smooth: Annotated[
+        float, typer.Option(min=0.0, help="Smoothing window sigma in frames (0 = none).")
+    ] = 1.0,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Extract 2D keypoints (and the ball) from videos into one 2D-motion file per clip."""
+    from mimic2dm.video.detector import load_detector
+    from mimic2dm.video.pipeline import CHARACTERS, ExtractOptions, check_names, extract_videos
+    from mimic2dm.video.pose import DEFAULT_POSE_MODEL, ModelLoadError, load_pose_estimator
+
+    if character not in CHARACTERS:
+        raise typer.BadParameter(
+            f"{character!r} is not one of {', '.join(CHARACTERS)}", param_hint="--character"
+        )
+    _check_device(device)
+    try:
+        check_names(videos)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="VIDEOS") from None
+    threshold = det_threshold if det_threshold is not None else (0.0 if random_weights else 0.3)
+    opts = ExtractOptions(
+        character, batch, track_id, rotations, ball, max_gap, smooth, random_weights=random_weights
+    )
+    try:
+        det = load_detector(detector, random_weights, threshold, device)
+        pose = load_pose_estimator(
+            pose_model or DEFAULT_POSE_MODEL[character],
+            CHARACTERS[character][0],
+            random_weights,
+            device,
+        )
+    except ModelLoadError as e:
+        _error(str(e))
+        raise typer.Exit(1) from None
+    reports = extract_videos(videos, out, det, pose, opts, preview, progress, _console(stderr=True))
+    _console().print(_report_table(reports))
+    failed = [r for r in reports if r.status == "failed"]
+    for r in failed:
+        _error(r.error if r.video in (r.error or "") else f"{r.video}: {r.error}")
+    counts = {s: sum(r.status == s for r in reports) for s in ("ok", "skipped", "failed")}
+    _console().print(f"{counts['ok']} extracted, {counts['skipped']} skipped (already done), "
+                     f"{counts['failed']} failed; manifest: {out / 'manifest.json'}", markup=False)  # fmt: skip
+    if failed:
+        raise typer.Exit(1)
+
+
+def bench_pose(
+    frames: Annotated[
+        int, typer.Option(min=1, help="Frames timed per batch size (at least one full batch).")
+    ] = 4,
+    batch: Annotated[list[int], typer.Option(help="Batch sizes (repeat the option).")] = [1, 8],  # noqa: B006
+    pose_model: Annotated[
+        str, typer.Option(help="Pose architecture (random weights).")
+    ] = "vitpose-b",
+    detector: Annotated[
+        str, typer.Option(help="Detector architecture (random weights).")
+    ] = "rtdetr-r50",
+    device: Annotated[str, typer.Option(help="cpu | cuda.")] = "cpu",
+    threads: Annotated[int, typer.Option(help="CPU threads; 0 = torch default.")] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the result as JSON here.")
+    ] = None,
+) -> None:
+    """Frames/s of detection + pose (one subject per frame) at each batch size."""
+    from mimic2dm.video.bench import bench_pose as run
+
+    result = run(
+        frames, batch, pose_model, detector, device=_check_device(device), threads=threads or None
+    )
+    table = Table(title=(f"{result['detector']} + {result['pose_model']} (random weights), "
+                         f"{result['frame_size'][0]}x{result['frame_size'][1]} frames, {result['device']}, "
+                         f"{result['threads']} threads"))  # fmt: skip
+    for col in ("batch", "frames", "frames/s", "detect ms/frame", "pose ms/frame"):
+        table.add_column(col, justify="right")
+    for r in result["results"]:
+        table.add_row(str(r["batch"]), str(r["frames"]), f"{r['frames_per_s']:.2f}",
+                      f"{r['detect_ms_per_frame']:.0f}", f"{r['pose_ms_per_frame']:.0f}")  # fmt: skip
+    _console().print(table)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
