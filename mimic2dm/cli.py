@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from mimic2dm.engines.bench_cli import app as bench_app
+from mimic2dm.generators.bench import bench_generate_cmd
+from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.motion.cli import app as data_app
 from mimic2dm.video.cli import bench_pose, extract, pose_app
 
@@ -21,6 +23,8 @@ app.add_typer(
 app.add_typer(pose_app, name="pose", help="Pose models: convert mmpose checkpoints, list architectures.")
 app.command("extract")(extract)
 bench_app.command("pose")(bench_pose)
+bench_app.command("generate")(bench_generate_cmd)
+app.command("sample")(sample_cmd)
 
 
 @app.command()

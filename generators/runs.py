@@ -1,0 +1,207 @@
+"""Run plumbing shared by the generator apps (tokenizer, generator, FID extractor).
+
+Same conventions as the tracker: a run directory with the resolved config, wandb
+(offline unless ``WANDB_MODE`` says otherwise) and TensorBoard through
+:class:`RunLogger`, a rich progress bar, atomic checkpoints (``checkpoints/last.pt``,
+``best.pt``) and exact resume: ``resume=RUN_DIR`` restores weights, optimiser, step
+counter, the batch-sampling generator and the python/numpy/torch RNG states, so N
+steps straight and N/2 + resume + N/2 give identical weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from mimic2dm.utils.checkpoint import CheckpointManager, rng_state, seed_everything, set_rng_state
+from mimic2dm.utils.run_logging import RunLogger, make_progress, save_resolved_config
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+"""``../conf`` from this file, absolute: Hydra would read a relative path as a package
+(``mimic2dm.conf``) because the apps run as modules of ``mimic2dm.generators``."""
+
+# hydra.run.dir of the apps: the resumed run's directory, else the new one
+OmegaConf.register_new_resolver(
+    "gen.run_dir", lambda resume, run_dir: str(resume or run_dir), replace=True
+)
+
+
+@dataclass
+class Run:
+    """An open training run.
+
+    Attributes:
+        dir: run directory; logger: wandb + TensorBoard; ckpt: checkpoint manager.
+        state: the checkpoint being resumed (None for a fresh run).
+        gen: generator of batch sampling (saved with every checkpoint).
+        kind: checkpoint kind (``mimic2dm.tokenizer`` ...), checked on resume.
+    """
+
+    dir: Path
+    logger: RunLogger
+    ckpt: CheckpointManager
+    state: dict | None
+    gen: torch.Generator
+    kind: str
+    cfg: DictConfig
+
+
+def resolve_checkpoint(path: str | Path, name: str = "last.pt") -> Path:
+    """A checkpoint file from a file path or a run directory (``RUN/checkpoints/<name>``)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "checkpoints" / name
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"no checkpoint at {path} (expected a .pt file or a run directory with checkpoints/{name})"
+        )
+    return p
+
+
+def open_run(cfg: DictConfig, kind: str) -> Run:
+    """Create or resume the run of ``cfg`` (``run_dir`` / ``resume``), seed, save the config."""
+    if cfg.get("threads"):
+        torch.set_num_threads(int(cfg.threads))
+    run_dir = Path(cfg.resume or cfg.run_dir)
+    ckpt = CheckpointManager(
+        run_dir, keep=int(cfg.get("keep_checkpoints", 3)), higher_is_better=False
+    )
+    state = None
+    if cfg.resume:
+        state = ckpt.load_last()
+        if state is None:
+            raise FileNotFoundError(
+                f"resume={cfg.resume}: no checkpoints/last.pt in that run directory"
+            )
+        if state.get("kind") != kind:
+            raise ValueError(
+                f"resume={cfg.resume}: checkpoint kind {state.get('kind')!r}, expected {kind!r}"
+            )
+        old = run_dir / "config.yaml"
+        if old.is_file():
+            shutil.copy(old, run_dir / f"config.before_step{state['step']}.yaml")
+    save_resolved_config(cfg, run_dir)
+    lg = cfg.logger
+    logger = RunLogger(run_dir, OmegaConf.to_container(cfg, resolve=True), project=lg.project,
+                       use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{kind.split('.')[-1]}-{run_dir.name}")  # fmt: skip
+    seed_everything(int(cfg.seed))
+    gen = torch.Generator().manual_seed(int(cfg.seed))
+    return Run(run_dir, logger, ckpt, state, gen, kind, cfg)
+
+
+def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Load the resumed state into ``model``/``optimizer`` and the RNGs; returns the step (0 if fresh)."""
+    if run.state is None:
+        return 0
+    model.load_state_dict(run.state["model"])
+    optimizer.load_state_dict(run.state["optimizer"])
+    run.gen.set_state(run.state["sampler_rng"])
+    set_rng_state(run.state["rng"])
+    return int(run.state["step"])
+
+
+def save(run: Run, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict,
+         metric: float | None = None) -> Path:  # fmt: skip
+    """Atomic checkpoint of everything a resume needs, plus ``extra`` (configs, stats, data info)."""
+    state = {"kind": run.kind, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "sampler_rng": run.gen.get_state(), "rng": rng_state(), **extra}  # fmt: skip
+    return run.ckpt.save(state, step, metric)
+
+
+def lr_at(step: int, base: float, warmup: int, max_steps: int, min_ratio: float = 0.1) -> float:
+    """Linear warm-up then cosine decay to ``min_ratio * base``."""
+    if step < warmup:
+        return base * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, max_steps - warmup))
+    return base * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def _optimizer_step(model, optimizer, loss_fn, lr: float, grad_clip) -> dict:
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    out = loss_fn()
+    optimizer.zero_grad(set_to_none=True)
+    out["loss"].backward()
+    if grad_clip:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), float(grad_clip))
+    optimizer.step()
+    return out
+
+
+def _evaluate(
+    run: Run, eval_fn, step: int, max_steps: int, prefix: str, metric: str | None
+) -> float | None:
+    """Run ``eval_fn``, log its numbers (console and ``eval/*``); returns the ``metric`` entry."""
+    res = {k: v for k, v in eval_fn().items() if isinstance(v, (int, float))}
+    log.info(
+        "%s step %d/%d: %s",
+        prefix,
+        step,
+        max_steps,
+        ", ".join(f"{k} {v:.4g}" for k, v in res.items()),
+    )
+    run.logger.log({f"eval/{k}": v for k, v in res.items()}, step)
+    return res.get(metric) if metric else None
+
+
+def train_loop(
+    run: Run,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    step: int,
+    train: DictConfig,
+    loss_fn: Callable[[], dict],
+    eval_fn: Callable[[], dict] | None,
+    save_fn: Callable[[int, float | None], None],
+    metric: str | None = None,
+    prefix: str = "train",
+) -> int:
+    """The straight training loop of every generator app.
+
+    Args:
+        run: the open run (logging, progress).
+        model, optimizer: trained in place; ``step``: first step (resume).
+        train: ``max_steps``, ``lr``, ``warmup_steps``, ``grad_clip``, ``eval_every``, ``ckpt_every``.
+        loss_fn: draws a batch and returns a dict with ``loss`` (other entries are logged).
+        eval_fn: deterministic evaluation (must not draw from the global RNG).
+        save_fn: ``save_fn(step, metric)`` writes a checkpoint.
+        metric: eval entry used for ``best.pt`` (lower is better).
+
+    Returns:
+        The final step.
+    """
+    max_steps, log_every = int(train.max_steps), max(1, int(run.cfg.logger.log_every))
+    eval_every, ckpt_every = int(train.get("eval_every", 0)), int(train.get("ckpt_every", 0))
+    saved = step
+    model.train()
+    with make_progress() as progress:
+        task = progress.add_task(prefix, total=max_steps, completed=step, info="")
+        while step < max_steps:
+            lr = lr_at(step, float(train.lr), int(train.warmup_steps), max_steps)
+            out = _optimizer_step(model, optimizer, loss_fn, lr, train.get("grad_clip"))
+            step += 1
+            if step % log_every == 0 or step == max_steps:
+                scalars = {
+                    f"{prefix}/{k}": float(torch.as_tensor(v).detach()) for k, v in out.items()
+                }
+                run.logger.log(scalars | {f"{prefix}/lr": lr}, step)
+            value = None
+            if eval_fn is not None and eval_every and (step % eval_every == 0 or step == max_steps):
+                value = _evaluate(run, eval_fn, step, max_steps, prefix, metric)
+                model.train()
+            if value is not None or (ckpt_every and step % ckpt_every == 0) or step == max_steps:
+                save_fn(step, value)
+                saved = step
+            progress.update(task, completed=step, info=f"loss {float(out['loss'].detach()):.4f}")
+    if saved != step:
+        save_fn(step, None)
+    return step
