@@ -30,13 +30,14 @@ app.command("sample")(sample_cmd)
 @app.command()
 def demo(
     out: str = typer.Option("runs/demo", help="Output directory."),
-    num_envs: int = typer.Option(16, help="Parallel environments of the engine."),
+    minutes: float = typer.Option(4.0, help="Training wall time (minutes)."),
+    num_envs: int = typer.Option(64, help="Parallel environments."),
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
-    """Run the main job on the embedded default (MuJoCo on CPU), with no external data."""
+    """Train the 2D tracker on the project's demo clip (MuJoCo on CPU), then evaluate it."""
     from mimic2dm.demo import run_demo
 
-    run_demo(out, num_envs=num_envs, seed=seed)
+    run_demo(out, minutes=minutes, num_envs=num_envs, seed=seed)
 
 
 @app.command("eval")

@@ -33,7 +33,8 @@ def forward_yaw(kp3d: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
 
 
 def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimState:
-    """One default-pose state per global reference frame, placed under the reference.
+    """One default-pose state per global reference frame, placed under the reference and
+    moving with the horizontal velocity of its root.
 
     Args:
         library: the reference clips.
@@ -73,4 +74,12 @@ def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimSt
         pos = target + offset
         pos[:, 2] = root_pos[2]
         out.root_pos[sl], out.root_rot[sl] = pos, q
+        # move with the reference from the first step (finite differences of its root)
+        vel = (
+            torch.gradient(target, spacing=1.0 / library.control_hz, dim=0)[0]
+            if kp.shape[0] > 1
+            else torch.zeros_like(target)
+        )
+        vel[:, 2] = 0.0
+        out.root_lin_vel[sl] = vel
     return out

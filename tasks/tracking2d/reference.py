@@ -143,6 +143,7 @@ class ReferenceLibrary:
             random virtual camera per episode; needs 3D keypoints) or ``"mixed"`` (half each).
         camera_mode: kind of virtual camera (``static``, ``tracking``, ``dynamic``).
         camera_config: sampling ranges of virtual cameras.
+        control_hz: frame rate of the clips (they are resampled to the control rate).
     """
 
     def __init__(
@@ -152,6 +153,7 @@ class ReferenceLibrary:
         view_mode: str = "clip",
         camera_mode: str = "static",
         camera_config: VirtualCameraConfig | None = None,
+        control_hz: float = 30.0,
     ):
         if not clips:
             raise ValueError("ReferenceLibrary: no clips")
@@ -163,6 +165,7 @@ class ReferenceLibrary:
                 f"view_mode={view_mode!r} needs 3D keypoints; clips without them: {bad}"
             )
         self.clips = list(clips)
+        self.control_hz = control_hz
         self.kset: KeypointSet = load_keypoint_set(keypoint_set)
         self.view_mode = view_mode
         self.camera_mode = camera_mode
@@ -211,7 +214,7 @@ class ReferenceLibrary:
             clip_from_motion(m, control_hz, Path(p).stem)
             for m, p in zip(motions, paths, strict=True)
         ]
-        return cls(clips, sets.pop(), **kw)
+        return cls(clips, sets.pop(), control_hz=control_hz, **kw)
 
     @property
     def num_clips(self) -> int:
