@@ -285,3 +285,28 @@ class Tracking2DTask:
     def load_state_dict(self, d: dict) -> None:
         self.asi.load_state_dict(d["asi"])
         self.gen.set_state(d["rng"])
+
+    EPISODE_FIELDS = ("clip", "frame", "steps", "ep_return", "prev_action")
+
+    def episode_state(self) -> dict:
+        """The episodes in flight (per-env tensors, views, the engine's exact state): with
+        :meth:`state_dict`, what an exact resume of a training run needs."""
+        return {
+            "num_envs": self.N,
+            "tensors": {k: getattr(self, k).clone() for k in self.EPISODE_FIELDS},
+            "views": {k: v.clone() for k, v in vars(self.views).items()},
+            "engine": self.engine.state_dict(),
+        }
+
+    def load_episode_state(self, d: dict) -> None:
+        """Continue the episodes of :meth:`episode_state` (same spec and ``num_envs``)."""
+        if d["num_envs"] != self.N:
+            raise ValueError(
+                f"episode state of {d['num_envs']} envs does not fit this task's {self.N}"
+            )
+        for k in self.EPISODE_FIELDS:
+            getattr(self, k).copy_(d["tensors"][k])
+        for k, v in d["views"].items():
+            setattr(self.views, k, v.clone())
+        self.engine.load_state_dict(d["engine"])
+        self._cache.clear()

@@ -1,0 +1,182 @@
+"""rl-games PPO agent (``a2c_continuous``) with what Mimic2DM's tracker needs on top.
+
+:class:`TrackerAgent` subclasses rl-games' ``A2CAgent`` and
+
+- hands the critic's (denormalised) values of every observation back to the envs
+  (``vec_env.observe_values``) right after computing them, for adaptive state
+  initialisation (DESIGN 7);
+- updates the network's observation normalisers once per epoch from the rollout;
+- writes its own checkpoints, atomically, with everything an exact resume needs: model
+  and normalisers, optimiser, epoch / frame counters, learning-rate and entropy
+  schedules, the envs (ASI buffers, episodes in flight, engine state), the rollout
+  bookkeeping and the python / numpy / torch RNG states. ``RUN_DIR/checkpoints/last.pt``
+  is written every ``save_frequency`` epochs (plus a snapshot), ``best.pt`` whenever the
+  mean episode return improves, and both at the end;
+- stops after ``max_seconds`` of training when asked.
+
+rl-games' own checkpointing is switched off in the params (``save_frequency: 0``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from rl_games.algos_torch.a2c_continuous import A2CAgent
+
+from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_VERSION = 1
+
+
+class TrackerAgent(A2CAgent):
+    """PPO agent; extra ``params['mimic2dm']`` keys (all optional):
+
+    - ``run_dir``: where ``checkpoints/`` go (None: no checkpoints).
+    - ``checkpoint``: :class:`~mimic2dm.rl.config.CheckpointConfig` as a dict.
+    - ``max_seconds``: training-time limit (0: none).
+    - ``meta``: stored in every checkpoint (resolved config, ``EnvSpec``...).
+    - ``epoch_callback``: ``fn(agent)`` called after every epoch (tests, tools).
+    """
+
+    def __init__(self, base_name: str, params: dict):
+        extra = params.get("mimic2dm", {})
+        super().__init__(base_name, params)
+        ck = extra.get("checkpoint") or {}
+        run_dir = extra.get("run_dir")
+        self.ckpt = (
+            CheckpointManager(run_dir, keep=ck.get("keep", 3))
+            if run_dir and ck.get("enabled", True)
+            else None
+        )
+        self.save_every = int(ck.get("save_frequency", 25))
+        self.best_after = int(ck.get("save_best_after", 10))
+        self.max_seconds = float(extra.get("max_seconds", 0.0))
+        self.meta = extra.get("meta", {})
+        self.epoch_callback: Callable | None = extra.get("epoch_callback")
+        self.saved_epoch = -1
+        self.resumed_from: int | None = None
+        self.epoch_timing: dict[str, float] = {}
+        self._runtime: dict | None = None
+        self._train_start: float | None = None
+
+    # ------------------------------------------------------------------ ASI hand-off
+    def get_action_values(self, obs: dict) -> dict:
+        """rl-games' action/value pass, then the values ``[N]`` go to the envs for ASI."""
+        res = super().get_action_values(obs)
+        self.vec_env.observe_values(res["values"][:, 0])
+        return res
+
+    # ------------------------------------------------------------------ normalisers
+    def prepare_dataset(self, batch_dict: dict) -> None:
+        """Update the network's observation normalisers with this epoch's rollout, then as rl-games."""
+        net = self.model.a2c_network
+        if hasattr(net, "update_normalizers"):
+            net.update_normalizers(batch_dict["obses"])
+        super().prepare_dataset(batch_dict)
+
+    # ------------------------------------------------------------------ epochs
+    def train_epoch(self):
+        if self._train_start is None:
+            self._train_start = time.perf_counter()
+        out = super().train_epoch()
+        step_time, play_time, update_time, total_time = out[:4]
+        self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
+                             "total_time": total_time, "frames": float(self.curr_frames)}  # fmt: skip
+        if self.max_seconds and time.perf_counter() - self._train_start >= self.max_seconds:
+            self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
+        return out
+
+    def update_epoch(self) -> int:
+        """Runs at the start of every epoch: epoch ``epoch_num`` is complete (frames, stats)."""
+        if self.epoch_num > 0 and self.epoch_num != self.saved_epoch:
+            self._after_epoch()
+        return super().update_epoch()
+
+    def _after_epoch(self, final: bool = False) -> None:
+        if self.epoch_callback is not None and not final:
+            self.epoch_callback(self)
+        if self.ckpt is None:
+            return
+        metric = self.mean_rewards_value()
+        best = (
+            metric is not None
+            and self.epoch_num >= self.best_after
+            and (self.ckpt.best is None or metric > self.ckpt.best)
+        )
+        periodic = self.save_every > 0 and self.epoch_num % self.save_every == 0
+        if final or periodic or best:
+            self.ckpt.save(self.checkpoint_state(), self.epoch_num, metric if (best or final) else None,
+                           snapshot=periodic or final)  # fmt: skip
+            self.saved_epoch = self.epoch_num
+
+    def mean_rewards_value(self) -> float | None:
+        """Mean return of the last ``games_to_track`` episodes (None before any ended)."""
+        if self.game_rewards.current_size == 0:
+            return None
+        return float(self.game_rewards.get_mean()[0])
+
+    def save(self, fn: str) -> None:
+        """rl-games calls this at the end of a run: write the final checkpoint."""
+        if self.epoch_callback is not None:
+            self.epoch_callback(self)
+        self._after_epoch(final=True)
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict:
+        """Everything an exact resume needs, plus ``meta`` for :func:`mimic2dm.rl.policy.load_policy`."""
+        state = (
+            self.get_full_state_weights()
+        )  # model (+ normalisers), optimiser, epoch, frame, env state
+        state.update({
+            "version": CHECKPOINT_VERSION,
+            "last_lr": self.last_lr, "entropy_coef": self.entropy_coef, "mean_rewards": self.mean_rewards,
+            "runtime": self._runtime_state(), "rng": rng_state(), "meta": self.meta,
+        })  # fmt: skip
+        return state
+
+    def _runtime_state(self) -> dict:
+        # rl-games' AverageMeter keeps its fill count outside its buffers
+        meters = {n: {"mean": getattr(self, n).mean.clone(), "size": getattr(self, n).current_size}
+                  for n in ("game_rewards", "game_shaped_rewards", "game_lengths")}  # fmt: skip
+        return {
+            "dones": self.dones.clone(), "current_rewards": self.current_rewards.clone(),
+            "current_shaped_rewards": self.current_shaped_rewards.clone(), "current_lengths": self.current_lengths.clone(),
+            "meters": meters,
+        }  # fmt: skip
+
+    def restore(self, fn: str, set_epoch: bool = True) -> None:
+        """Load a checkpoint written by :meth:`checkpoint_state` (Runner calls this on resume)."""
+        ck = load_checkpoint(fn)
+        if ck.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(
+                f"{fn}: not a Mimic2DM tracker checkpoint (version {ck.get('version')!r})"
+            )
+        self.set_full_state_weights(ck, set_epoch=set_epoch)
+        self.last_lr, self.entropy_coef = float(ck["last_lr"]), float(ck["entropy_coef"])
+        self.mean_rewards = ck["mean_rewards"]
+        self._runtime = ck["runtime"]
+        self.saved_epoch = self.epoch_num
+        self.resumed_from = self.epoch_num
+        if self.ckpt is not None:
+            self.ckpt.best = ck.get("best_metric")
+        set_rng_state(ck["rng"])
+        log.info("resumed from %s at epoch %d, frame %d", fn, self.epoch_num, self.frame)
+
+    def env_reset(self) -> dict:
+        """Start of training: after a resume the envs continue their episodes, so restore the
+        rollout bookkeeping that goes with them."""
+        obs = super().env_reset()
+        rt, self._runtime = self._runtime, None
+        if rt is not None:
+            self.dones.copy_(rt["dones"])
+            self.current_rewards.copy_(rt["current_rewards"])
+            self.current_shaped_rewards.copy_(rt["current_shaped_rewards"])
+            self.current_lengths.copy_(rt["current_lengths"])
+            for n, m in rt["meters"].items():
+                getattr(self, n).mean = m["mean"].clone()
+                getattr(self, n).current_size = m["size"]
+        return obs

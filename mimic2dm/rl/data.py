@@ -1,0 +1,90 @@
+"""The ``data`` config group: 2D-motion files to track, made on demand.
+
+Each entry of ``data.clips`` names a ``file``; when it is absent and the entry has a
+``make`` recipe, the file is written first:
+
+- ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
+  (:func:`mimic2dm.motion.demo.make_demo_clip`);
+- ``{kind: synth, mocap, views, camera, seed, fps}``: a 3D mocap clip projected through
+  virtual cameras (what ``mimic2dm data synth`` does).
+
+Relative ``file`` paths live under ``RUN_DIR/data``; relative ``mocap`` paths are taken
+from the project root.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _make_demo(out: Path, recipe: Mapping) -> None:
+    from mimic2dm.motion.demo import make_demo_clip
+    from mimic2dm.motion.format import save_motion2d
+
+    _, m2 = make_demo_clip(seconds=float(recipe.get("seconds", 4.0)), fps=float(recipe.get("fps", 30.0)),
+                           seed=int(recipe.get("seed", 0)))  # fmt: skip
+    save_motion2d(m2, out)
+
+
+def _make_synth(out: Path, recipe: Mapping) -> None:
+    from mimic2dm.motion.format import save_motion2d
+    from mimic2dm.motion.loaders import load_mocap_keypoints
+    from mimic2dm.motion.synth import resample, synthesize_views
+
+    src = Path(str(recipe["mocap"]))
+    src = src if src.is_absolute() else PROJECT_ROOT / src
+    clip = load_mocap_keypoints(src)
+    kp, rate = clip.keypoints, clip.fps
+    obj = clip.object3d
+    if recipe.get("fps"):
+        kp, obj, rate = resample(kp, clip.fps, float(recipe["fps"])), None if obj is None else resample(obj, clip.fps, float(recipe["fps"])), float(recipe["fps"])  # fmt: skip
+    m = synthesize_views(kp, clip.keypoint_set, rate, num_views=int(recipe.get("views", 1)),
+                         camera=str(recipe.get("camera", "static")), seed=int(recipe.get("seed", 0)),
+                         object3d=obj, meta={"source": str(src), "character": clip.character, "source_fps": clip.fps})  # fmt: skip
+    save_motion2d(m, out)
+
+
+MAKERS = {"demo": _make_demo, "synth": _make_synth}
+
+
+def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
+    """Resolve (and, where needed, make) the 2D-motion files of the ``data`` group.
+
+    Args:
+        data_cfg: the ``data`` group (``clips: [{file, make?}]``).
+        run_dir: the run directory.
+
+    Returns:
+        Absolute paths of the files, in config order.
+
+    Raises:
+        FileNotFoundError: a file is missing and has no ``make`` recipe.
+        ValueError: unknown recipe kind or no clips.
+    """
+    clips = list(data_cfg.get("clips") or [])
+    if not clips:
+        raise ValueError("data.clips is empty: list 2D-motion files (or recipes) to track")
+    out = []
+    for entry in clips:
+        path = Path(str(entry["file"]))
+        path = path if path.is_absolute() else Path(run_dir) / "data" / path
+        recipe = entry.get("make")
+        if not path.is_file():
+            if not recipe:
+                raise FileNotFoundError(
+                    f"data: {path} does not exist and the entry has no 'make' recipe"
+                )
+            kind = str(recipe.get("kind"))
+            if kind not in MAKERS:
+                raise ValueError(f"data: make.kind {kind!r} is not one of {', '.join(MAKERS)}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            MAKERS[kind](path, recipe)
+            log.info("made %s (%s)", path, kind)
+        out.append(str(path.resolve()))
+    return out

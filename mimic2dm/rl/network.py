@@ -1,0 +1,163 @@
+"""View-aggregation actor-critic for rl-games (DESIGN section 5).
+
+An observation is ``[prop | view_1 | ... | view_V]`` (the task's ``obs_layout``). Each
+view is encoded together with the proprioception, the encodings are averaged over views
+and a head maps the mean to the action mean::
+
+    mu = head(mean_v(encoder(prop, view_v)))
+
+With ``encoder_units=[512]`` and ``head_units=[256, 256]`` this is the paper's
+512-256-256 MLP when ``V = 1``. Nothing depends on ``V``: a policy trained with one view
+runs with two or more zero-shot. Observations are normalised inside the network with
+running statistics of the proprioception and of the views (shared by all views, so they
+too are ``V``-free); the learner updates them once per epoch
+(:meth:`ViewAggregationNetwork.update_normalizers`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from rl_games.algos_torch import model_builder
+from rl_games.algos_torch.network_builder import NetworkBuilder
+from torch import nn
+
+from mimic2dm.rl.config import NETWORK_NAME
+
+
+class RunningNorm(nn.Module):
+    """Running mean / variance of features ``[..., D]`` (merged batch statistics).
+
+    Args:
+        dim: feature size ``D``.
+        clip: normalised values are clipped to ``[-clip, clip]``.
+    """
+
+    def __init__(self, dim: int, clip: float = 5.0):
+        super().__init__()
+        self.clip = clip
+        self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(dim, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold a batch ``x [M, D]`` into the statistics."""
+        x = x.reshape(-1, x.shape[-1]).double()
+        m, n = x.mean(0), float(x.shape[0])
+        v = x.var(0, unbiased=False)
+        total = self.count + n
+        delta = m - self.mean
+        self.mean += delta * n / total
+        self.var.copy_((self.var * self.count + v * n + delta**2 * self.count * n / total) / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Normalised ``x [..., D]`` (float32)."""
+        y = (x - self.mean.float()) / torch.sqrt(self.var.float() + 1e-5)
+        return y.clamp(-self.clip, self.clip)
+
+
+def split_views(obs: torch.Tensor, prop: int, view: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split ``obs [B, prop + V * view]`` into ``prop [B, prop]`` and ``views [B, V, view]``.
+
+    Raises:
+        ValueError: the width is not ``prop + V * view`` for a whole ``V >= 1``.
+    """
+    extra = obs.shape[-1] - prop
+    if extra <= 0 or extra % view:
+        raise ValueError(
+            f"observation width {obs.shape[-1]} is not prop ({prop}) + V x view ({view}) for a whole V >= 1"
+        )
+    return obs[:, :prop], obs[:, prop:].reshape(obs.shape[0], extra // view, view)
+
+
+class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
+    """rl-games a2c network: returns ``(mu [B, A], logstd [B, A], value [B, 1], None)``.
+
+    Args:
+        params: the ``network`` params (see :class:`mimic2dm.rl.config.NetworkConfig`,
+            plus ``obs_layout``).
+        actions_num: action size ``A``.
+        value_size: value outputs (1).
+    """
+
+    def __init__(self, params: dict, actions_num: int, value_size: int = 1, **kwargs):
+        super().__init__()
+        layout = params["obs_layout"]
+        self.prop_dim, self.view_dim = int(layout["prop"]), int(layout["view"])
+        self.train_views = int(layout["views"])
+        self.normalize_input = bool(params.get("normalize_input", True))
+        clip = float(params.get("obs_clip", 5.0))
+        self.prop_norm = RunningNorm(self.prop_dim, clip)
+        self.view_norm = RunningNorm(self.view_dim, clip)
+        act = params.get("activation", "relu")
+        enc, head = list(params["encoder_units"]), list(params["head_units"])
+        self.actor = self._tower(enc, head, act)
+        self.separate_critic = bool(params.get("separate_critic", True))
+        self.critic = self._tower(enc, head, act) if self.separate_critic else None
+        self.mu = nn.Linear(head[-1], actions_num)
+        self.value = nn.Linear(head[-1], value_size)
+        with torch.no_grad():
+            self.mu.weight.mul_(float(params.get("mu_init_scale", 0.01)))
+            self.mu.bias.zero_()
+        logstd = math.log(float(params.get("sigma_init", 0.2)))
+        self.logstd = nn.Parameter(
+            torch.full((actions_num,), logstd), requires_grad=bool(params.get("learn_sigma", False))
+        )
+
+    def _mlp(self, sizes: list[int], act: str) -> nn.Sequential:
+        layers: list[nn.Module] = []
+        for a, b in zip(sizes[:-1], sizes[1:], strict=True):
+            layers += [nn.Linear(a, b), self.activations_factory.create(act)]
+        return nn.Sequential(*layers)
+
+    def _tower(self, enc: list[int], head: list[int], act: str) -> nn.ModuleDict:
+        return nn.ModuleDict({
+            "encoder": self._mlp([self.prop_dim + self.view_dim, *enc], act),
+            "head": self._mlp([enc[-1], *head], act),
+        })  # fmt: skip
+
+    def _features(self, tower: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
+        """``x [B, V, prop + view]`` -> head features ``[B, H]`` (mean over views)."""
+        return tower["head"](tower["encoder"](x).mean(dim=1))
+
+    def normalized_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        """``obs [B, prop + V * view]`` -> per-view inputs ``[B, V, prop + view]``."""
+        prop, views = split_views(obs, self.prop_dim, self.view_dim)
+        if self.normalize_input:
+            prop, views = self.prop_norm(prop), self.view_norm(views)
+        return torch.cat([prop[:, None].expand(-1, views.shape[1], -1), views], dim=-1)
+
+    @torch.no_grad()
+    def update_normalizers(self, obs: torch.Tensor) -> None:
+        """Fold a batch of raw observations ``[M, prop + V * view]`` into the running statistics."""
+        if self.normalize_input:
+            prop, views = split_views(obs, self.prop_dim, self.view_dim)
+            self.prop_norm.update(prop)
+            self.view_norm.update(views.reshape(-1, self.view_dim))
+
+    def forward(self, obs_dict: dict):
+        x = self.normalized_inputs(obs_dict["obs"])
+        a = self._features(self.actor, x)
+        mu = self.mu(a)
+        c = self._features(self.critic, x) if self.separate_critic else a
+        value = self.value(c)
+        return mu, self.logstd.expand_as(mu), value, None
+
+    def get_value_layer(self):
+        return self.value
+
+
+class ViewAggregationBuilder(NetworkBuilder):
+    """rl-games network builder registered as :data:`mimic2dm.rl.config.NETWORK_NAME`."""
+
+    def load(self, params: dict) -> None:
+        self.params = params
+
+    def build(self, name, **kwargs) -> ViewAggregationNetwork:
+        return ViewAggregationNetwork(self.params, **kwargs)
+
+
+model_builder.register_network(NETWORK_NAME, ViewAggregationBuilder)

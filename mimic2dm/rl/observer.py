@@ -1,0 +1,219 @@
+"""Training metrics from rl-games to the run's logger (wandb + TensorBoard) and the console.
+
+Per epoch, at step = env frames so far:
+
+- ``reward/<term>``: mean per-step value of every reward term (and ``reward/total``);
+- ``episode/length``, ``episode/return``: means over the episodes that ended;
+- ``termination/<cause>``: fraction of the ended episodes ended by each cause
+  (reprojection, fall, nonfinite, timeout);
+- ``asi/...``: adaptive state initialisation statistics;
+- ``perf/env_steps_per_s`` (env stepping only), ``perf/rollout_samples_per_s`` (env +
+  policy), ``perf/learner_samples_per_s`` (PPO update) and ``perf/samples_per_s`` (all);
+- ``ray/actor_restarts``; rl-games' own losses, KL and learning rate as ``rl/...``.
+
+Every ``video_every`` epochs (0: never) the current policy is also evaluated
+deterministically on the first training clip (:func:`mimic2dm.eval.evaluate`): its
+DESIGN-10 metrics are logged as ``eval/...`` and the rollout, rendered with MuJoCo's
+offscreen renderer, as the video ``rollout`` (skipped with one warning where no GL is
+available).
+
+A rich progress bar shows epochs, frames, mean episode length and reward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+from rl_games.common.algo_observer import AlgoObserver
+
+from mimic2dm.utils.run_logging import RunLogger, make_progress
+
+log = logging.getLogger(__name__)
+
+
+class WriterBridge:
+    """Stands in for rl-games' SummaryWriter: keeps the last value of each scalar until the
+    observer logs them (``losses/a_loss`` -> ``rl/losses/a_loss``). Time- and
+    iteration-indexed duplicates and episode statistics (logged by the observer) are dropped."""
+
+    SKIP_PREFIXES = ("rewards", "shaped_rewards", "episode_lengths")
+
+    def __init__(self):
+        self.pending: dict[str, float] = {}
+
+    def add_scalar(self, tag: str, value, step=None, *args, **kwargs) -> None:
+        if tag.endswith(("/iter", "/time")) or tag.startswith(self.SKIP_PREFIXES):
+            return
+        self.pending["rl/" + tag.removesuffix("/step")] = float(value)
+
+    def pop(self) -> dict[str, float]:
+        out, self.pending = self.pending, {}
+        return out
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class TrackerObserver(AlgoObserver):
+    """rl-games observer feeding a :class:`RunLogger`.
+
+    Args:
+        logger: the run's logger (None: console only).
+        log_every: epochs between logged scalars.
+        progress: show a rich progress bar.
+        video_every: epochs between evaluation rollouts with a video (0: never).
+        env_spec, data_files: what to evaluate on (needed when ``video_every > 0``).
+    """
+
+    def __init__(self, logger: RunLogger | None = None, log_every: int = 1, progress: bool = True,
+                 video_every: int = 0, env_spec=None, data_files: list[str] | None = None):  # fmt: skip
+        super().__init__()
+        self.logger, self.log_every = logger, max(1, int(log_every))
+        self.video_every, self.env_spec, self.data_files = (
+            int(video_every),
+            env_spec,
+            list(data_files or []),
+        )
+        self.bridge = WriterBridge()
+        self.algo = None
+        self.progress = make_progress() if progress else None
+        self.bar = None
+        self.last_epoch = -1
+        self.history: list[dict[str, float]] = []
+        self._reset_epoch()
+
+    def _reset_epoch(self) -> None:
+        self.terms: dict[str, float] = {}
+        self.steps = 0
+        self.lengths: list[float] = []
+        self.returns: list[float] = []
+        self.causes: dict[str, int] = {}
+        self.restarts = 0
+
+    # ------------------------------------------------------------------ rl-games hooks
+    def after_init(self, algo) -> None:
+        self.algo = algo
+        old = getattr(algo, "writer", None)
+        if old is not None and old is not self.bridge:
+            old.close()
+            # rl-games made RUN_DIR/rl_games/{summaries,nn}: we log and checkpoint elsewhere
+            shutil.rmtree(Path(algo.summaries_dir), ignore_errors=True)
+            for d in (algo.nn_dir, algo.experiment_dir):
+                with contextlib.suppress(OSError):
+                    Path(d).rmdir()
+        algo.writer = self.bridge
+
+    def process_infos(self, infos, done_indices) -> None:
+        if not isinstance(infos, dict):
+            return
+        for k, v in infos.get("reward_terms", {}).items():
+            self.terms[k] = self.terms.get(k, 0.0) + float(v)
+        self.steps += 1
+        self.terms["total"] = self.terms.get("total", 0.0) + float(infos.get("reward_mean", 0.0))
+        self.lengths += list(infos.get("episode_lengths", []))
+        self.returns += list(infos.get("episode_returns", []))
+        for k, v in infos.get("causes", {}).items():
+            self.causes[k] = self.causes.get(k, 0) + int(v)
+        self.restarts += int(infos.get("actor_restarts", 0))
+
+    def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
+        if epoch_num == self.last_epoch:  # rl-games may call this twice per epoch
+            return
+        self.last_epoch = epoch_num
+        # rl-games passes the frame count from before this epoch; log at the count after it
+        frame = int(getattr(self.algo, "frame", frame))
+        metrics = self.epoch_metrics()
+        if self.video_every > 0 and epoch_num % self.video_every == 0 and self.data_files:
+            metrics.update(self.evaluate_with_video(epoch_num, frame))
+        self.history.append({"epoch": epoch_num, "frame": frame, **metrics})
+        if self.logger is not None and epoch_num % self.log_every == 0:
+            self.logger.log(metrics, step=int(frame))
+        if metrics.get("ray/actor_restarts"):
+            log.warning(
+                "epoch %d: %d Ray env actor(s) replaced",
+                epoch_num,
+                int(metrics["ray/actor_restarts"]),
+            )
+        self._advance(epoch_num, frame, metrics)
+        self._reset_epoch()
+
+    # ------------------------------------------------------------------ metrics
+    def epoch_metrics(self) -> dict[str, float]:
+        """This epoch's metrics (see the module docstring)."""
+        m: dict[str, float] = {}
+        n = max(self.steps, 1)
+        for k, v in self.terms.items():
+            m[f"reward/{k}"] = v / n
+        if self.lengths:
+            m["episode/length"] = sum(self.lengths) / len(self.lengths)
+            m["episode/return"] = sum(self.returns) / max(len(self.returns), 1)
+            m["episode/count"] = float(len(self.lengths))
+            ended = max(sum(self.causes.values()), 1)
+            for k, v in self.causes.items():
+                m[f"termination/{k}"] = v / ended
+        m["ray/actor_restarts"] = float(self.restarts)
+        algo = self.algo
+        if algo is not None:
+            t = getattr(algo, "epoch_timing", {})
+            frames = t.get("frames", 0.0)
+            for name, key in (("env_steps", "step_time"), ("rollout_samples", "play_time"),
+                              ("learner_samples", "update_time"), ("samples", "total_time")):  # fmt: skip
+                if t.get(key):
+                    m[f"perf/{name}_per_s"] = frames / t[key]
+            stats = getattr(algo.vec_env, "stats", None)
+            if stats is not None:
+                m.update(stats())
+            m["rl/epoch"] = float(algo.epoch_num)
+        m.update(self.bridge.pop())
+        return m
+
+    def evaluate_with_video(self, epoch: int, frame: int) -> dict[str, float]:
+        """Deterministic evaluation of the current policy on the first clip; logs the video."""
+        from mimic2dm.eval import evaluate
+        from mimic2dm.rl.policy import Policy
+
+        run_dir = Path(self.logger.run_dir) if self.logger is not None else None
+        tmp = run_dir / "videos" / f".eval_{epoch}.mp4" if run_dir is not None else None
+        policy = Policy(self.algo.model, self.env_spec, {}, epoch, frame)
+        report = evaluate(policy, self.data_files[:1], views=1, video_out=tmp)
+        out = {
+            f"eval/{k}": float(v)
+            for k, v in report.items()
+            if isinstance(v, (int, float)) and k != "views"
+        }
+        if tmp is not None and tmp.is_file():
+            import imageio.v2 as imageio
+
+            frames = np.stack(imageio.mimread(tmp, memtest=False))
+            tmp.unlink()
+            self.logger.log_video(
+                "rollout", frames, fps=int(round(self.env_spec.control_hz)), step=frame
+            )
+        return out
+
+    # ------------------------------------------------------------------ console
+    def _advance(self, epoch: int, frame: int, m: dict[str, float]) -> None:
+        if self.progress is None:
+            return
+        info = f"frames {frame:,}  len {m.get('episode/length', float('nan')):.1f}  r {m.get('reward/total', float('nan')):.3f}"
+        if self.bar is None:
+            total = getattr(self.algo, "max_epochs", -1)
+            self.progress.start()
+            start = (getattr(self.algo, "resumed_from", None) or 0) if self.algo is not None else 0
+            self.bar = self.progress.add_task(
+                "epochs", total=total if total and total > 0 else None, completed=start, info=""
+            )
+        self.progress.update(self.bar, completed=epoch, info=info)
+
+    def close(self) -> None:
+        """Stop the progress bar (the logger is closed by its owner)."""
+        if self.progress is not None and self.bar is not None:
+            self.progress.stop()
+            self.bar = None

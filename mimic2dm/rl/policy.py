@@ -1,0 +1,160 @@
+"""A trained tracker as a plain policy: ``load_policy(checkpoint).act(obs)``.
+
+The checkpoint carries the network's params, the resolved config and the ``EnvSpec``
+the run trained on, so evaluation can rebuild both the network and the envs (with any
+number of views: the network is view-agnostic).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from rl_games.algos_torch.model_builder import ModelBuilder
+
+import mimic2dm.rl.network  # noqa: F401 - registers the network builder
+from mimic2dm.rl.config import MODEL_NAME
+from mimic2dm.tasks.tracking2d.factory import EnvSpec
+from mimic2dm.utils.checkpoint import load_checkpoint
+
+
+def build_model(
+    network_params: dict, obs_dim: int, action_dim: int, normalize_value: bool
+) -> torch.nn.Module:
+    """The rl-games model (``continuous_a2c_logstd`` around our network) of a run."""
+    model = ModelBuilder().load({"model": {"name": MODEL_NAME}, "network": dict(network_params)})
+    return model.build({
+        "actions_num": action_dim, "input_shape": (obs_dim,), "num_seqs": 1, "value_size": 1,
+        "normalize_value": normalize_value, "normalize_input": False,
+    })  # fmt: skip
+
+
+@dataclass
+class Policy:
+    """A trained tracker.
+
+    Attributes:
+        model: the rl-games model (network, normalisers, value normaliser).
+        env_spec: the ``EnvSpec`` of the training run (``num_views`` may be changed).
+        config: the run's resolved config (plain dict).
+        epoch, frame: training progress at the checkpoint.
+        meta: network params and sizes (to build the same network again).
+    """
+
+    model: torch.nn.Module
+    env_spec: EnvSpec
+    config: dict
+    epoch: int
+    frame: int
+    meta: dict = field(default_factory=dict)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = True) -> torch.Tensor:
+        """Actions ``[N, A]`` in [-1, 1] for observations ``[N, prop + V * view]`` (any ``V >= 1``).
+
+        Args:
+            obs: raw task observations (normalisation is done here).
+            deterministic: the Gaussian's mean; otherwise a sample (torch's global RNG).
+        """
+        self.model.eval()
+        mu, logstd, _, _ = self.model.a2c_network({"obs": obs.float()})
+        a = mu if deterministic else mu + torch.exp(logstd) * torch.randn_like(mu)
+        return a.clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """Critic values ``[N]`` (denormalised)."""
+        self.model.eval()
+        _, _, v, _ = self.model.a2c_network({"obs": obs.float()})
+        return self.model.denorm_value(v)[:, 0]
+
+
+def load_policy(checkpoint: str | Path) -> Policy:
+    """Load a tracker checkpoint (``RUN_DIR/checkpoints/{last,best}.pt`` or a run dir).
+
+    Raises:
+        ValueError: the file is not a tracker checkpoint.
+    """
+    path = Path(checkpoint)
+    if path.is_dir():
+        path = path / "checkpoints" / "last.pt"
+    ck = load_checkpoint(path)
+    meta = ck.get("meta") or {}
+    if "network" not in meta:
+        raise ValueError(f"{path}: not a Mimic2DM tracker checkpoint (no network description)")
+    model = build_model(
+        meta["network"], meta["obs_dim"], meta["action_dim"], meta["normalize_value"]
+    )
+    model.load_state_dict(ck["model"])
+    model.eval()
+    sizes = {k: meta[k] for k in ("network", "obs_dim", "action_dim", "normalize_value")}
+    return Policy(
+        model,
+        meta["env_spec"],
+        meta.get("config", {}),
+        int(ck.get("epoch", 0)),
+        int(ck.get("frame", 0)),
+        sizes,
+    )
+
+
+def untrained_policy(policy: Policy, seed: int = 0) -> Policy:
+    """A freshly initialised network of ``policy``'s run: the baseline a trained policy must beat."""
+    torch.manual_seed(seed)
+    m = policy.meta
+    model = build_model(m["network"], m["obs_dim"], m["action_dim"], m["normalize_value"])
+    return Policy(model.eval(), policy.env_spec, policy.config, 0, 0, dict(m))
+
+
+@torch.no_grad()
+def rollout_stats(
+    policy: Policy | None,
+    spec: EnvSpec,
+    num_envs: int = 32,
+    steps: int = 150,
+    seed: int = 0,
+    early_termination: bool = True,
+) -> dict[str, float]:
+    """Run a policy (or zero actions when ``policy`` is None: hold the default pose) in fresh
+    envs of ``spec`` and report what training reports, without exploration noise.
+
+    Starts come from the task's initial ASI buffers (no critic scores), so two policies
+    evaluated with the same arguments start from the same states.
+
+    Args:
+        policy: the policy (deterministic actions), or None.
+        spec: env spec (e.g. ``policy.env_spec``).
+        num_envs, steps: batch size and control steps.
+        seed: task seed.
+        early_termination: as in training; False measures tracking over whole clips.
+
+    Returns:
+        ``episode_length`` (mean over ended episodes, unfinished ones counted at their
+        current length), ``reward`` (mean per step), ``reward/<term>``, ``termination/<cause>``.
+    """
+    from mimic2dm.tasks.tracking2d.factory import make_task
+
+    task_cfg = dataclasses.replace(spec.task, early_termination=early_termination)
+    task = make_task(dataclasses.replace(spec, task=task_cfg), num_envs, seed)
+    obs = task.observe()
+    lengths, rewards, terms, causes = [], [], {}, {}
+    for _ in range(steps):
+        act = policy.act(obs) if policy is not None else torch.zeros(num_envs, task.action_dim)
+        obs, rew, _, _, info = task.step(act)
+        rewards.append(float(rew.mean()))
+        lengths += info["episode_lengths"]
+        for k, v in info["reward_terms"].items():
+            terms[k] = terms.get(k, 0.0) + v / steps
+        for k, v in info["causes"].items():
+            causes[k] = causes.get(k, 0) + v
+    lengths += task.steps[task.steps > 0].tolist()
+    task.engine.close()
+    ended = max(sum(causes.values()), 1)
+    return {
+        "episode_length": sum(lengths) / max(len(lengths), 1),
+        "reward": sum(rewards) / len(rewards),
+        **{f"reward/{k}": v for k, v in terms.items()},
+        **{f"termination/{k}": v / ended for k, v in causes.items()},
+    }

@@ -1,0 +1,422 @@
+"""Vectorised envs for rl-games (``IVecEnv``): in the learner's process, or in Ray actors.
+
+Both host :class:`~mimic2dm.tasks.tracking2d.task.Tracking2DTask` batches built by
+``make_task`` from one picklable ``EnvSpec``; every env resets itself when its episode
+ends. Terminations and time-outs are both reported as ``dones``; ``infos['time_outs']``
+marks the time-outs so that rl-games bootstraps them.
+
+Adaptive state initialisation needs the critic's values of the states behind the last
+observation: the agent calls :meth:`observe_values` before each step. The in-process env
+hands them to its task at once; the Ray env sends each actor its slice with the next step.
+
+A Ray actor that dies (or stays silent for ``step_timeout_s``) is replaced by a new one
+whose envs start fresh episodes; its envs report ``dones = 1`` (as time-outs) for that
+step and training continues. Each replacement is logged and counted
+(``infos['actor_restarts']``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from rl_games.common.gym_compat import spaces
+from rl_games.common.ivecenv import IVecEnv
+
+from mimic2dm.rl.config import RayConfig
+from mimic2dm.rl.envstate import load_task_state, task_state
+from mimic2dm.tasks.tracking2d.factory import EnvSpec, make_task
+
+log = logging.getLogger(__name__)
+
+RAY_SOCKET_DIR_MAX = 40
+"""Longest Ray temp dir we use: its session sockets add ~65 chars under a 107-char limit."""
+
+
+def env_info(obs_dim: int, action_dim: int) -> dict:
+    """The ``env_info`` rl-games expects (Box spaces, one agent, one value)."""
+    return {
+        "observation_space": spaces.Box(-np.inf, np.inf, (obs_dim,), np.float32),
+        "action_space": spaces.Box(-1.0, 1.0, (action_dim,), np.float32),
+        "agents": 1,
+        "value_size": 1,
+    }
+
+
+def _bool_tensor(x) -> torch.Tensor:
+    """A writable bool tensor from a tensor or a (possibly read-only, from Ray) array."""
+    return (
+        x.bool().clone()
+        if isinstance(x, torch.Tensor)
+        else torch.from_numpy(np.array(x, dtype=bool))
+    )
+
+
+def merge_infos(infos: list[dict], counts: list[int]) -> dict:
+    """Merge per-batch task infos (``reward_terms`` weighted by env counts; lists concatenated).
+
+    Args:
+        infos: task ``info`` dicts (``time_outs`` as tensors or arrays ``[n_i]``).
+        counts: envs of each batch.
+
+    Returns:
+        One info dict over all envs (``time_outs [N]`` bool tensor).
+    """
+    total = float(sum(counts))
+    terms: dict[str, float] = {}
+    for info, n in zip(infos, counts, strict=True):
+        for k, v in info.get("reward_terms", {}).items():
+            terms[k] = terms.get(k, 0.0) + v * n / total
+    causes: dict[str, int] = {}
+    for info in infos:
+        for k, v in info.get("causes", {}).items():
+            causes[k] = causes.get(k, 0) + int(v)
+    return {
+        "reward_terms": terms,
+        "episode_lengths": [x for i in infos for x in i.get("episode_lengths", [])],
+        "episode_returns": [x for i in infos for x in i.get("episode_returns", [])],
+        "causes": causes,
+        "time_outs": torch.cat([_bool_tensor(i["time_outs"]) for i in infos]),
+    }
+
+
+class TaskVecEnv(IVecEnv):
+    """All envs in one task in the learner's process.
+
+    Args:
+        spec: what to build.
+        num_envs: number of envs ``N``.
+        seed: the task's seed.
+    """
+
+    def __init__(self, spec: EnvSpec, num_envs: int, seed: int = 0):
+        self.spec, self.num_envs, self.seed_value = spec, num_envs, seed
+        self.task = make_task(spec, num_envs, seed)
+        self._restored = False
+
+    def get_env_info(self) -> dict:
+        return env_info(self.task.obs_dim, self.task.action_dim)
+
+    def obs_layout(self) -> dict[str, int]:
+        return self.task.obs_layout()
+
+    def reset(self) -> torch.Tensor:
+        """Observation ``[N, D]``; every env starts a new episode unless a checkpoint was just loaded."""
+        if not self._restored:
+            self.task.reset(torch.arange(self.num_envs))
+        self._restored = False
+        return self.task.observe()
+
+    def observe_values(self, values: torch.Tensor) -> None:
+        """Critic values ``[N]`` of the states behind the last observation (for ASI)."""
+        self.task.observe_values(values.detach().reshape(-1).float().cpu())
+
+    def step(self, actions: torch.Tensor):
+        """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
+        obs, rew, term, trunc, info = self.task.step(actions.detach().float().cpu())
+        infos = merge_infos([info], [self.num_envs])
+        infos["actor_restarts"], infos["reward_mean"] = 0, float(rew.mean())
+        return obs, rew, (term | trunc).to(torch.uint8), infos
+
+    def stats(self) -> dict[str, float]:
+        """ASI statistics."""
+        return self.task.asi.stats()
+
+    def get_env_state(self) -> dict:
+        return {"kind": "tasks", "tasks": [task_state(self.task)]}
+
+    def set_env_state(self, env_state: dict | None) -> None:
+        if env_state is None:
+            return
+        self._restored = load_task_state(self.task, env_state["tasks"][0])
+        if not self._restored:
+            log.warning(
+                "checkpoint envs do not match this run's (%d): restored ASI buffers only",
+                self.num_envs,
+            )
+
+    def close(self) -> None:
+        self.task.engine.close()
+
+
+class EnvActor:
+    """A Ray actor hosting one task batch (wrapped with ``ray.remote`` by :class:`RayVecEnv`)."""
+
+    def __init__(self, spec: EnvSpec, num_envs: int, seed: int):
+        torch.set_num_threads(1)
+        self.task = make_task(spec, num_envs, seed)
+
+    def describe(self) -> dict:
+        return {"obs_dim": self.task.obs_dim, "action_dim": self.task.action_dim, "layout": self.task.obs_layout(),
+                "pid": os.getpid()}  # fmt: skip
+
+    def reset(self, new_episodes: bool = True) -> np.ndarray:
+        if new_episodes:
+            self.task.reset(torch.arange(self.task.N))
+        return self.task.observe().numpy()
+
+    def step(self, actions: np.ndarray, values: np.ndarray | None):
+        if values is not None:
+            self.task.observe_values(torch.tensor(values))  # Ray hands read-only arrays
+        obs, rew, term, trunc, info = self.task.step(torch.tensor(actions))
+        info["time_outs"] = info["time_outs"].numpy()
+        return obs.numpy(), rew.numpy(), (term | trunc).numpy(), info
+
+    def stats(self) -> dict[str, float]:
+        return self.task.asi.stats()
+
+    def get_state(self) -> dict:
+        return task_state(self.task)
+
+    def set_state(self, state: dict, episodes: bool = True) -> bool:
+        return load_task_state(self.task, state, episodes)
+
+
+def ray_temp_dir(run_dir: str | Path | None, configured: str | None = None) -> str:
+    """Ray's session dir: ``configured``, else ``RUN_DIR/ray`` when short enough for Unix sockets."""
+    if configured:
+        return str(configured)
+    if run_dir is not None:
+        path = Path(run_dir).resolve() / "ray"
+        if len(str(path)) <= RAY_SOCKET_DIR_MAX:
+            return str(path)
+    return f"/tmp/ray_m2d_{os.getuid()}"
+
+
+def init_ray(rc: RayConfig, run_dir: str | Path | None = None) -> bool:
+    """Join ``rc.address`` or start a local Ray cluster; reuse one already initialised here.
+
+    Returns:
+        True when this call started (or connected) Ray and so should shut it down.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    kw = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True}
+    if rc.address:
+        ray.init(address=rc.address, **kw)
+        log.info("joined the Ray cluster at %s", rc.address)
+    else:
+        tmp = ray_temp_dir(run_dir, rc.temp_dir)
+        ray.init(num_cpus=rc.num_cpus or os.cpu_count(), _temp_dir=tmp, **kw)
+        log.info("started a local Ray cluster (session files in %s)", tmp)
+    return True
+
+
+class RayVecEnv(IVecEnv):
+    """Envs spread over Ray actors, one task batch each; results concatenated in actor order.
+
+    Args:
+        spec: what every actor builds (its MuJoCo threads set to ``rc.threads_per_actor``).
+        counts: envs of each actor (``sum(counts) = N``).
+        seed: run seed; actor ``i`` seeds its task with ``seed + 1000 i`` (replacements add
+            ``100003 x`` their generation).
+        rc: Ray settings (``actor_cpus``, ``step_timeout_s``).
+        owns_ray: shut Ray down on :meth:`close`.
+    """
+
+    def __init__(
+        self, spec: EnvSpec, counts: list[int], seed: int, rc: RayConfig, owns_ray: bool = False
+    ):
+        import ray
+
+        self.ray, self.rc, self.owns_ray = ray, rc, owns_ray
+        if spec.engine == "mujoco":
+            spec = dataclasses.replace(
+                spec, engine_kwargs={**spec.engine_kwargs, "num_threads": rc.threads_per_actor}
+            )
+        self.spec, self.counts, self.seed_value = spec, list(counts), seed
+        self.num_envs = sum(self.counts)
+        self.bounds = np.cumsum([0, *self.counts])
+        self._actor_cls = ray.remote(EnvActor).options(num_cpus=rc.actor_cpus, max_restarts=0)
+        self.generation = [0] * len(self.counts)
+        self.actors = [self._spawn(i) for i in range(len(self.counts))]
+        self.info = ray.get(self.actors[0].describe.remote())
+        self._values: np.ndarray | None = None
+        self._restored: list[bool] | None = None  # per actor, set by set_env_state until reset()
+        self._asi_backup: list[dict] | None = None
+        self.restarts = 0
+        self.events: list[dict] = []
+
+    def _spawn(self, i: int):
+        seed = self.seed_value + 1000 * i + 100003 * self.generation[i]
+        return self._actor_cls.remote(self.spec, self.counts[i], seed)
+
+    def get_env_info(self) -> dict:
+        return env_info(self.info["obs_dim"], self.info["action_dim"])
+
+    def obs_layout(self) -> dict[str, int]:
+        return dict(self.info["layout"])
+
+    def _slices(self, x: np.ndarray) -> list[np.ndarray]:
+        return [x[a:b] for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)]
+
+    def reset(self) -> torch.Tensor:
+        """Observation ``[N, D]``; new episodes everywhere unless a checkpoint was just loaded."""
+        restored = self._restored or [False] * len(self.actors)
+        refs = [a.reset.remote(not r) for a, r in zip(self.actors, restored, strict=True)]
+        self._restored, self._values = None, None
+        return torch.from_numpy(np.concatenate(self.ray.get(refs)))
+
+    def observe_values(self, values: torch.Tensor) -> None:
+        """Critic values ``[N]``; each actor gets its slice with the next :meth:`step`."""
+        self._values = values.detach().reshape(-1).float().cpu().numpy()
+
+    def step(self, actions: torch.Tensor):
+        """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
+        acts = self._slices(actions.detach().float().cpu().numpy())
+        vals = self._slices(self._values) if self._values is not None else [None] * len(self.actors)
+        self._values = None
+        refs = [a.step.remote(x, v) for a, x, v in zip(self.actors, acts, vals, strict=True)]
+        results, restarted = [], 0
+        for i, ref in enumerate(refs):
+            try:
+                results.append(self.ray.get(ref, timeout=self.rc.step_timeout_s))
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
+                results.append(self._replace(i, err))
+                restarted += 1
+        obs = torch.from_numpy(np.concatenate([r[0] for r in results]))
+        rew = torch.from_numpy(np.concatenate([r[1] for r in results]))
+        dones = torch.from_numpy(np.concatenate([r[2] for r in results])).to(torch.uint8)
+        infos = merge_infos([r[3] for r in results], self.counts)
+        infos["actor_restarts"], infos["reward_mean"] = restarted, float(rew.mean())
+        return obs, rew, dones, infos
+
+    def _replace(self, i: int, err: Exception):
+        """Start a new actor in slot ``i``; its envs report done (as time-outs) this step."""
+        log.warning(
+            "Ray env actor %d died (%s: %s); starting a replacement",
+            i,
+            type(err).__name__,
+            str(err)[:200],
+        )
+        try:
+            self.ray.kill(self.actors[i], no_restart=True)
+        except Exception:  # noqa: BLE001 - it is gone already
+            pass
+        self.generation[i] += 1
+        self.actors[i] = self._spawn(i)
+        backup = self._asi_backup[i] if self._asi_backup is not None else None
+        if backup is not None:  # its ASI buffers start from the last checkpoint's, not from scratch
+            self.ray.get(self.actors[i].set_state.remote(backup, False))
+        obs = self.ray.get(self.actors[i].reset.remote(False))
+        n = self.counts[i]
+        self.restarts += 1
+        self.events.append(
+            {
+                "time": time.time(),
+                "actor": i,
+                "generation": self.generation[i],
+                "error": type(err).__name__,
+            }
+        )
+        info = {"reward_terms": {}, "episode_lengths": [], "episode_returns": [], "causes": {},
+                "time_outs": np.ones(n, dtype=bool)}  # fmt: skip
+        return obs, np.zeros(n, dtype=np.float32), np.ones(n, dtype=bool), info
+
+    def _call_all(self, method: str, *args_per_actor) -> list:
+        """``method`` on every actor; None for an actor found dead (the next step replaces it)."""
+        refs = [
+            getattr(a, method).remote(*(x[i] for x in args_per_actor))
+            for i, a in enumerate(self.actors)
+        ]
+        out = []
+        for i, ref in enumerate(refs):
+            try:
+                out.append(self.ray.get(ref, timeout=self.rc.step_timeout_s))
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
+                log.warning(
+                    "Ray env actor %d did not answer %s (%s); it is replaced at the next step",
+                    i,
+                    method,
+                    type(err).__name__,
+                )
+                out.append(None)
+        return out
+
+    def stats(self) -> dict[str, float]:
+        """ASI statistics averaged over the live actors (replacement counts summed)."""
+        all_stats = [s for s in self._call_all("stats") if s is not None]
+        if not all_stats:
+            return {}
+        out = {k: float(np.mean([s[k] for s in all_stats])) for k in all_stats[0]}
+        if "asi/replacements" in out:
+            out["asi/replacements"] = float(sum(s["asi/replacements"] for s in all_stats))
+        return out
+
+    def get_env_state(self) -> dict:
+        """Every actor's task state; a dead actor's slot keeps its last snapshot (or None)."""
+        tasks = self._call_all("get_state")
+        backup = self._asi_backup or [None] * len(tasks)
+        tasks = [t if t is not None else backup[i] for i, t in enumerate(tasks)]
+        self._asi_backup = tasks
+        return {"kind": "tasks", "tasks": tasks}
+
+    def set_env_state(self, env_state: dict | None) -> None:
+        if env_state is None:
+            return
+        saved = env_state["tasks"]
+        same = len(saved) == len(self.actors)
+        if not same:
+            log.warning(
+                "checkpoint has %d env batches, this run %d actors: restored ASI buffers only",
+                len(saved),
+                len(self.actors),
+            )
+        picks = [saved[i % len(saved)] for i in range(len(self.actors))]
+        live = [i for i, st in enumerate(picks) if st is not None]
+        refs = [self.actors[i].set_state.remote(picks[i], same) for i in live]
+        restored = dict(zip(live, self.ray.get(refs), strict=True))
+        self._restored = [restored.get(i, False) for i in range(len(self.actors))]
+        self._asi_backup = picks
+
+    def close(self) -> None:
+        for a in self.actors:
+            try:
+                self.ray.kill(a, no_restart=True)
+            except Exception:  # noqa: BLE001
+                pass
+        if self.owns_ray and self.ray.is_initialized():
+            self.ray.shutdown()
+
+
+def make_vecenv(
+    spec: EnvSpec, num_envs: int, seed: int, rc: RayConfig, run_dir: str | Path | None = None
+) -> IVecEnv:
+    """The vecenv the ``ray`` config asks for.
+
+    Args:
+        spec: env spec.
+        num_envs: total envs (with Ray: split evenly over ``rc.num_actors`` unless
+            ``rc.envs_per_actor`` is set, which then decides the total).
+        seed: run seed.
+        rc: Ray settings (``enabled: false`` -> in-process).
+        run_dir: for Ray's session files.
+    """
+    if not rc.enabled:
+        return TaskVecEnv(spec, num_envs, seed)
+    if rc.num_actors < 1:
+        raise ValueError(f"ray.num_actors must be >= 1, got {rc.num_actors}")
+    if rc.envs_per_actor:
+        counts = [rc.envs_per_actor] * rc.num_actors
+    else:
+        if num_envs % rc.num_actors:
+            raise ValueError(
+                f"train.num_envs={num_envs} does not split over ray.num_actors={rc.num_actors}; set ray.envs_per_actor"
+            )
+        counts = [num_envs // rc.num_actors] * rc.num_actors
+    owns = init_ray(rc, run_dir)
+    try:
+        return RayVecEnv(spec, counts, seed, rc, owns_ray=owns)
+    except BaseException:
+        if owns:
+            import ray
+
+            ray.shutdown()
+        raise

@@ -1,0 +1,229 @@
+"""``mimic2dm-train`` (``python -m mimic2dm.train``): train the view-agnostic 2D tracker.
+
+A Hydra app over ``conf/tracker.yaml`` (groups ``task``, ``character``, ``engine``,
+``data``, ``train``, ``logger``, ``ray``). The config is read here only: it becomes an
+``EnvSpec`` (what every env is built from) and rl-games' params dict, once. Then envs
+are built in-process or in Ray actors (:mod:`mimic2dm.rl.vecenv`), and the PPO agent
+(:mod:`mimic2dm.rl.agent`) trains, logging through :mod:`mimic2dm.rl.observer`.
+
+``resume=RUN_DIR`` continues a run from ``RUN_DIR/checkpoints/last.pt`` with its saved
+config; ``key=value`` overrides given with it (e.g. ``train.max_epochs=400``) apply on
+top, config groups cannot change. :func:`train` is the same thing as a function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+log = logging.getLogger(__name__)
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+GROUPS = ("task", "character", "engine", "data", "train", "logger", "ray")
+
+if not OmegaConf.has_resolver("m2d_or"):
+    # ``${m2d_or:a,b}``: a unless it is null/empty (resume runs write into their own run dir)
+    OmegaConf.register_new_resolver(
+        "m2d_or", lambda a, b: b if a in (None, "", "null", "None") else a
+    )
+
+
+def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
+    """The tracker config as ``mimic2dm-train OVERRIDES...`` would compose it (no Hydra app needed)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="tracker", overrides=list(overrides))
+
+
+def effective_config(cfg: DictConfig, resume_overrides: Sequence[str] = ()) -> DictConfig:
+    """The config a run uses: ``cfg``, or for ``resume`` the run's saved config plus overrides.
+
+    Raises:
+        FileNotFoundError: the run to resume has no ``config.yaml``.
+        ValueError: an override tries to change a config group on resume.
+    """
+    if not cfg.get("resume"):
+        return cfg
+    run_dir = Path(str(cfg.resume))
+    saved_path = run_dir / "config.yaml"
+    if not saved_path.is_file():
+        raise FileNotFoundError(
+            f"resume={run_dir}: no config.yaml there (not a tracker run directory)"
+        )
+    saved = OmegaConf.load(saved_path)
+    for o in resume_overrides:
+        key = o.split("=", 1)[0].lstrip("+~")
+        if key in GROUPS:
+            raise ValueError(
+                f"resume: config group {key!r} cannot change on resume (got override {o!r})"
+            )
+    saved = OmegaConf.merge(
+        saved, OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides])
+    )
+    saved.resume, saved.run_dir = str(run_dir), str(run_dir)
+    return saved
+
+
+def _meta(cfg: DictConfig, spec, params: dict, env_info: dict) -> dict:
+    """What checkpoints carry to rebuild the network and the envs (see mimic2dm.rl.policy)."""
+    return {
+        "network": params["network"],
+        "obs_dim": int(env_info["observation_space"].shape[0]),
+        "action_dim": int(env_info["action_space"].shape[0]),
+        "normalize_value": bool(params["config"]["normalize_value"]),
+        "env_spec": spec,
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+
+
+def _resume_checkpoint(cfg: DictConfig) -> Path | None:
+    if not cfg.get("resume"):
+        return None
+    path = Path(str(cfg.resume)) / "checkpoints" / "last.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"resume={cfg.resume}: no checkpoints/last.pt to continue from")
+    return path
+
+
+def _build_agent(cfg: DictConfig, tc, vec_env, observer, run_dir: Path, spec, epoch_callback):
+    from rl_games.torch_runner import Runner
+
+    import mimic2dm.rl.network  # noqa: F401 - registers the network builder
+    from mimic2dm.rl.agent import TrackerAgent
+    from mimic2dm.rl.config import ALGO_NAME, rl_games_params
+
+    info = vec_env.get_env_info()
+    params = rl_games_params(
+        tc, vec_env.obs_layout(), vec_env.num_envs, int(cfg.seed), str(run_dir)
+    )
+    params["mimic2dm"] = {
+        "run_dir": str(run_dir), "checkpoint": dataclasses.asdict(tc.checkpoint), "max_seconds": tc.max_seconds,
+        "epoch_callback": epoch_callback, "meta": _meta(cfg, spec, params, info),
+    }  # fmt: skip
+    params["config"]["env_info"], params["config"]["vec_env"] = info, vec_env
+    runner = Runner(algo_observer=observer)
+    runner.algo_factory.register_builder(ALGO_NAME, lambda **kw: TrackerAgent(**kw))
+    runner.load_config(params)  # not Runner.load: it would deep-copy the live vecenv
+    return runner.algo_factory.create(ALGO_NAME, base_name="run", params=runner.params)
+
+
+def _summary(agent, observer, run_dir: Path, wall: float, resumed_from) -> dict:
+    tail = observer.history[-5:]
+
+    def mean(key: str) -> float | None:
+        vals = [h[key] for h in tail if key in h]
+        return sum(vals) / len(vals) if vals else None
+
+    ck = run_dir / "checkpoints"
+    return {
+        "run_dir": str(run_dir), "epochs": int(agent.epoch_num), "frames": int(agent.frame),
+        "resumed_from_epoch": resumed_from, "wall_s": wall,
+        "episode_length": mean("episode/length"), "episode_return": mean("episode/return"),
+        "reward": mean("reward/total"), "samples_per_s": mean("perf/samples_per_s"),
+        "env_steps_per_s": mean("perf/env_steps_per_s"),
+        "actor_restarts": int(sum(h.get("ray/actor_restarts", 0) for h in observer.history)),
+        "last_checkpoint": str(ck / "last.pt") if (ck / "last.pt").is_file() else None,
+        "best_checkpoint": str(ck / "best.pt") if (ck / "best.pt").is_file() else None,
+        "history": observer.history,
+    }  # fmt: skip
+
+
+def train(
+    cfg: DictConfig, resume_overrides: Sequence[str] = (), epoch_callback: Callable | None = None
+) -> dict:
+    """Train (or resume) a tracker run.
+
+    Args:
+        cfg: composed tracker config (:func:`compose_config`); ``cfg.run_dir`` must be set
+            unless called from the Hydra app or resuming.
+        resume_overrides: ``key=value`` changes to a resumed run's saved config.
+        epoch_callback: ``fn(agent)`` after every epoch (tests, tools).
+
+    Returns:
+        Summary dict (also written to ``RUN_DIR/summary.json``): run_dir, epochs, frames,
+        means of the last epochs (episode length / return, reward, samples/s),
+        checkpoints, per-epoch history.
+    """
+    from mimic2dm.rl.config import env_spec_from_cfg, ray_config, train_config
+    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.rl.observer import TrackerObserver
+    from mimic2dm.rl.vecenv import make_vecenv
+    from mimic2dm.utils.checkpoint import load_checkpoint, seed_everything
+    from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
+
+    cfg = effective_config(cfg, resume_overrides)
+    if not cfg.get("run_dir"):
+        raise ValueError("train(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
+    run_dir = Path(str(cfg.run_dir)).resolve()
+    tc, rc = train_config(cfg), ray_config(cfg)
+    ckpt = _resume_checkpoint(cfg)
+    seed_everything(int(cfg.seed))
+    save_resolved_config(cfg, run_dir)
+    data_files = prepare_data(cfg.data, run_dir)
+    spec = env_spec_from_cfg(cfg, data_files)
+    if ckpt is not None and int(load_checkpoint(ckpt)["epoch"]) >= tc.max_epochs:
+        log.warning(
+            "resume: %s is already at train.max_epochs=%d; nothing to do", ckpt, tc.max_epochs
+        )
+    lg = cfg.logger
+    logger = RunLogger(run_dir, config=OmegaConf.to_container(cfg, resolve=True), project=str(lg.project),
+                       use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{cfg.name}-{run_dir.name}")  # fmt: skip
+    observer = TrackerObserver(logger, log_every=int(lg.log_every), progress=bool(cfg.progress),
+                               video_every=int(lg.get("video_every", 0)), env_spec=spec, data_files=data_files)  # fmt: skip
+    vec_env = None
+    t0 = time.perf_counter()
+    try:
+        vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir)
+        agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
+        if ckpt is not None:
+            agent.restore(str(ckpt))
+        if agent.epoch_num < tc.max_epochs:
+            agent.train()
+    finally:
+        observer.close()
+        logger.close()
+        if vec_env is not None:
+            vec_env.close()
+    summary = _summary(agent, observer, run_dir, time.perf_counter() - t0, agent.resumed_from)
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    log.info(
+        "run %s: %d epochs, %d frames, episode length %s",
+        run_dir,
+        summary["epochs"],
+        summary["frames"],
+        summary["episode_length"],
+    )
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="tracker")
+def _app(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    hc = HydraConfig.get()
+    overrides = (
+        [o for o in hc.overrides.task if not o.startswith("resume=")] if cfg.get("resume") else []
+    )
+    if not cfg.get("run_dir"):
+        cfg.run_dir = hc.runtime.output_dir
+    summary = train(cfg, resume_overrides=overrides)
+    return summary["episode_return"]
+
+
+def main() -> None:
+    """Console entry point ``mimic2dm-train``."""
+    _app()
+
+
+if __name__ == "__main__":
+    main()

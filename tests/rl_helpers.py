@@ -1,0 +1,64 @@
+"""Shared set-up of the learner tests: a short demo clip and tiny training configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mimic2dm.tasks.tracking2d.factory import EnvSpec
+from mimic2dm.tasks.tracking2d.task import TrackingConfig
+from omegaconf import OmegaConf
+
+from mimic2dm.motion.demo import make_demo_clip
+from mimic2dm.motion.format import save_motion2d
+
+TINY = [
+    "train.num_envs=8", "train.horizon_length=8", "train.minibatch_size=32", "train.mini_epochs=2",
+    "train.network.encoder_units=[64]", "train.network.head_units=[32,32]", "train.torch_threads=1",
+    "engine.num_threads=1", "logger.wandb=false", "progress=false", "train.checkpoint.save_frequency=1",
+    "train.checkpoint.save_best_after=1",
+]  # fmt: skip
+"""Overrides of a run that takes a fraction of a second per epoch."""
+
+
+def write_demo(path: Path, seconds: float = 2.0) -> Path:
+    """A ``seconds``-long demo clip (one static view) at ``path``."""
+    _, m2 = make_demo_clip(seconds=seconds)
+    save_motion2d(m2, path)
+    return path
+
+
+def spec_for(clip: Path, **task) -> EnvSpec:
+    """Humanoid ``EnvSpec`` over one clip, one MuJoCo thread."""
+    return EnvSpec(
+        character="humanoid",
+        data=(str(clip),),
+        engine_kwargs={"num_threads": 1},
+        task=TrackingConfig(**task),
+    )
+
+
+def tiny_config(run_dir: Path, clip: Path, *overrides: str):
+    """Composed tracker config of a tiny in-process run on ``clip``."""
+    from mimic2dm.train import compose_config
+
+    cfg = compose_config([f"run_dir={run_dir}", "data=files", *TINY, *overrides])
+    OmegaConf.update(cfg, "data.clips", [{"file": str(clip)}], merge=False)
+    return cfg
+
+
+def ray_tmp() -> str:
+    """A short Ray session dir for tests (Unix socket paths are limited to 107 chars)."""
+    return f"/tmp/ray_m2d_test_{os.getuid()}"
+
+
+def ensure_ray():
+    """A local Ray cluster (2 CPUs) shared by every test of the session; shut down at exit."""
+    import atexit
+
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, _temp_dir=ray_tmp(), include_dashboard=False, logging_level="warning")
+        atexit.register(ray.shutdown)
+    return ray

@@ -1,0 +1,108 @@
+"""The PPO agent on the real stack: ASI values, exact resume, a Ray actor killed mid-training."""
+
+import dataclasses
+
+import pytest
+import ray
+import torch
+from rl_helpers import ensure_ray, tiny_config, write_demo
+
+from mimic2dm.rl.envstate import states_equal
+from mimic2dm.rl.policy import load_policy
+from mimic2dm.rl.vecenv import TaskVecEnv
+from mimic2dm.train import compose_config, train
+from mimic2dm.utils.checkpoint import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return write_demo(tmp_path_factory.mktemp("clip") / "demo.npz")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    return ensure_ray()
+
+
+def test_agent_hands_critic_values_to_the_asi_buffers(tmp_path, clip):
+    seen = []
+
+    def after_epoch(agent):
+        asi = agent.vec_env.task.asi
+        seen.append((agent.epoch_num, int(torch.isfinite(asi.scores).sum()), asi.replacements))
+
+    s = train(
+        tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "logger.tensorboard=false"),
+        epoch_callback=after_epoch,
+    )
+    assert s["epochs"] == 2 and [e for e, _, _ in seen] == [1, 2]
+    assert (
+        seen[0][1] > 0 and seen[-1][2] > 0
+    )  # buffers start unscored (-inf); the critic scored visited states
+    assert s["history"][-1]["asi/scored_fraction"] > 0
+
+
+def test_exact_resume_gives_identical_weights(tmp_path, clip):
+    k = 2
+    train(
+        tiny_config(
+            tmp_path / "straight", clip, f"train.max_epochs={2 * k}", "logger.tensorboard=false"
+        )
+    )
+    train(
+        tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", "logger.tensorboard=false")
+    )
+    s = train(
+        compose_config([f"resume={tmp_path / 'split'}"]),
+        resume_overrides=[f"train.max_epochs={2 * k}"],
+    )
+    assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (a["epoch"], a["frame"]) == (b["epoch"], b["frame"]) == (2 * k, 2 * k * 8 * 8)
+    assert a["model"].keys() == b["model"].keys()
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    assert states_equal(a["optimizer"]["state"], b["optimizer"]["state"])
+    assert states_equal(a["env_state"], b["env_state"])  # ASI buffers, episodes and physics
+    assert states_equal(a["rng"]["torch"], b["rng"]["torch"])
+    policy = load_policy(tmp_path / "split")
+    assert policy.epoch == 2 * k and policy.env_spec.character == "humanoid"
+    # trained with one view, the policy acts on two (view aggregation, zero-shot)
+    spec = policy.env_spec
+    env = TaskVecEnv(dataclasses.replace(spec, task=dataclasses.replace(spec.task, num_views=2)), 3)
+    obs = env.reset()
+    layout = env.obs_layout()
+    assert layout["views"] == 2 and obs.shape == (3, layout["prop"] + 2 * layout["view"])
+    act = policy.act(obs)
+    assert act.shape == (3, env.task.action_dim) and act.abs().max() <= 1.0
+    env.step(act)
+    env.close()
+
+
+def test_resume_rejects_a_changed_config_group(tmp_path, clip):
+    train(tiny_config(tmp_path / "r", clip, "train.max_epochs=1", "logger.tensorboard=false"))
+    with pytest.raises(ValueError, match="config group 'ray' cannot change"):
+        train(compose_config([f"resume={tmp_path / 'r'}"]), resume_overrides=["ray=local"])
+
+
+def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray_session):
+    killed = []
+
+    def kill_one(agent):
+        if agent.epoch_num == 1:
+            killed.append(agent.vec_env.actors[0])
+            ray.kill(agent.vec_env.actors[0])
+
+    cfg = tiny_config(
+        tmp_path / "ray",
+        clip,
+        "ray=local",
+        "ray.actor_cpus=0.5",
+        "train.max_epochs=3",
+        "logger.tensorboard=false",
+    )
+    s = train(cfg, epoch_callback=kill_one)
+    assert killed and s["actor_restarts"] == 1 and s["epochs"] == 3
+    assert [h["ray/actor_restarts"] for h in s["history"]] == [0.0, 1.0, 0.0]
+    assert s["history"][-1]["perf/samples_per_s"] > 0

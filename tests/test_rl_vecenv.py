@@ -1,0 +1,125 @@
+"""In-process and Ray-hosted vecenvs: shapes, auto-reset, ASI values, exact state, dead actors."""
+
+import numpy as np
+import pytest
+import ray
+import torch
+from rl_helpers import ensure_ray, spec_for, write_demo
+
+from mimic2dm.rl.config import RayConfig
+from mimic2dm.rl.envstate import states_equal
+from mimic2dm.rl.vecenv import RayVecEnv, TaskVecEnv, make_vecenv, merge_infos, ray_temp_dir
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return write_demo(tmp_path_factory.mktemp("clip") / "demo.npz")
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    return ensure_ray()
+
+
+def check_step(env, n: int, steps: int = 12):
+    obs = env.reset()
+    D = env.get_env_info()["observation_space"].shape[0]
+    A = env.get_env_info()["action_space"].shape[0]
+    assert obs.shape == (n, D) and obs.dtype == torch.float32
+    done_total, lengths = 0, []
+    for _ in range(steps):
+        env.observe_values(torch.zeros(n))
+        obs, rew, dones, infos = env.step(torch.zeros(n, A))
+        assert (
+            obs.shape == (n, D)
+            and rew.shape == (n,)
+            and dones.shape == (n,)
+            and dones.dtype == torch.uint8
+        )
+        assert torch.isfinite(obs).all() and torch.isfinite(rew).all()
+        assert (
+            infos["time_outs"].shape == (n,)
+            and not (infos["time_outs"].bool() & ~dones.bool()).any()
+        )
+        assert set(infos["reward_terms"]) >= {"pos", "vel"}
+        done_total += int(dones.sum())
+        lengths += infos["episode_lengths"]
+    assert done_total > 0 and lengths and max(lengths) <= 5  # auto-reset at max_episode_steps=5
+    return obs
+
+
+def test_in_process_vecenv_shapes_auto_reset_and_asi_values(clip):
+    env = TaskVecEnv(spec_for(clip, max_episode_steps=5), 6, seed=0)
+    assert env.obs_layout()["views"] == 1
+    check_step(env, 6)
+    before = env.task.asi.scores.clone()
+    env.observe_values(torch.full((6,), 7.5))
+    assert not torch.equal(
+        before, env.task.asi.scores
+    )  # the critic's values reached the ASI buffers
+    assert (env.task.asi.scores == 7.5).any()
+    env.close()
+
+
+def test_in_process_env_state_continues_bit_for_bit(clip):
+    spec = spec_for(clip)
+    a, b = TaskVecEnv(spec, 5, seed=1), TaskVecEnv(spec, 5, seed=2)
+    gen = torch.Generator().manual_seed(0)
+    acts = [0.3 * torch.randn(5, a.task.action_dim, generator=gen) for _ in range(30)]
+    a.reset()
+    for t in range(15):
+        a.observe_values(torch.randn(5, generator=gen))
+        a.step(acts[t])
+    snap = a.get_env_state()
+    b.set_env_state(snap)
+    assert states_equal(b.get_env_state(), snap)
+    assert torch.equal(
+        a.task.observe(), b.reset()
+    )  # reset() right after a restore continues the episodes
+    for t in range(15, 30):
+        oa, ra, da, _ = a.step(acts[t])
+        ob, rb, db, _ = b.step(acts[t])
+        assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
+
+
+def test_merge_infos_weights_terms_by_env_counts():
+    infos = [
+        {"reward_terms": {"pos": 1.0}, "episode_lengths": [3], "episode_returns": [1.0], "causes": {"fall": 1}, "time_outs": np.zeros(1, bool)},
+        {"reward_terms": {"pos": 0.0}, "episode_lengths": [], "episode_returns": [], "causes": {"fall": 2}, "time_outs": np.ones(3, bool)},
+    ]  # fmt: skip
+    m = merge_infos(infos, [1, 3])
+    assert m["reward_terms"]["pos"] == pytest.approx(0.25) and m["causes"]["fall"] == 3
+    assert m["time_outs"].tolist() == [False, True, True, True]
+
+
+def test_ray_temp_dir_stays_short(tmp_path):
+    assert ray_temp_dir("/r") == "/r/ray"
+    assert len(ray_temp_dir(tmp_path / ("x" * 80))) <= 40
+
+
+def test_ray_vecenv_shapes_auto_reset_values_state_and_dead_actor(clip, ray_session):
+    rc = RayConfig(enabled=True, num_actors=2, actor_cpus=0.5)
+    env = make_vecenv(spec_for(clip, max_episode_steps=5), 8, seed=0, rc=rc)
+    assert isinstance(env, RayVecEnv) and env.counts == [4, 4] and not env.owns_ray
+    check_step(env, 8)
+    env.observe_values(torch.full((8,), 9.0))
+    env.step(torch.zeros(8, env.get_env_info()["action_space"].shape[0]))
+    assert env.stats()["asi/score_max"] == pytest.approx(
+        9.0
+    )  # values went to the actors with the step
+    snap = env.get_env_state()
+    assert len(snap["tasks"]) == 2
+    # kill actor 0: the next step replaces it, its envs report done (as time-outs), training goes on
+    old = env.actors[0]
+    ray.kill(old)
+    A = env.get_env_info()["action_space"].shape[0]
+    obs, rew, dones, infos = env.step(torch.zeros(8, A))
+    assert infos["actor_restarts"] == 1 and env.restarts == 1 and env.actors[0] is not old
+    assert dones[:4].all() and infos["time_outs"][:4].all() and obs.shape[0] == 8
+    assert env.stats()["asi/score_max"] == pytest.approx(
+        9.0
+    )  # the replacement got the checkpointed ASI buffers
+    for _ in range(3):
+        obs, rew, dones, infos = env.step(torch.zeros(8, A))
+        assert infos["actor_restarts"] == 0 and torch.isfinite(obs).all()
+    env.close()
