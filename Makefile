@@ -27,8 +27,12 @@ demo: setup
 	$(BIN)/mimic2dm demo --out runs/demo
 
 bench: setup
+	mkdir -p runs/bench
 	$(BIN)/mimic2dm bench engine --character humanoid --num-envs 64 --json runs/bench/engine_humanoid.json
 	$(BIN)/mimic2dm bench engine --character dog --num-envs 64 --json runs/bench/engine_dog.json
+	$(BIN)/mimic2dm bench train --json runs/bench/train.json
+	$(BIN)/mimic2dm bench generate --json runs/bench/generate.json
+	$(BIN)/mimic2dm bench pose --json runs/bench/pose.json
 
 lint: setup
 	$(BIN)/ruff check mimic2dm tasks generators tests

@@ -8,6 +8,7 @@ from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.motion.cli import app as data_app
+from mimic2dm.rl.bench import bench_train_command
 from mimic2dm.video.cli import bench_pose, extract, pose_app
 
 app = typer.Typer(
@@ -20,10 +21,13 @@ app.add_typer(data_app, name="data", help="2D/3D motion data: synthesise views, 
 app.add_typer(
     bench_app, name="bench", help="Benchmarks (ratios against baselines measured in the same run)."
 )
-app.add_typer(pose_app, name="pose", help="Pose models: convert mmpose checkpoints, list architectures.")
+app.add_typer(
+    pose_app, name="pose", help="Pose models: convert mmpose checkpoints, list architectures."
+)
 app.command("extract")(extract)
 bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
+bench_app.command("train")(bench_train_command)
 app.command("sample")(sample_cmd)
 
 

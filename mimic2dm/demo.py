@@ -34,7 +34,9 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
             "train.torch_threads=1",
         ]
     )
-    console.print(f"[bold]training[/] the 2D tracker on the demo clip for {minutes:g} min -> {out / 'train'}")
+    console.print(
+        f"[bold]training[/] the 2D tracker on the demo clip for {minutes:g} min -> {out / 'train'}"
+    )
     summary = train(cfg)
     ckpt_dir = out / "train" / "checkpoints"
     ckpt = ckpt_dir / "best.pt" if (ckpt_dir / "best.pt").is_file() else ckpt_dir / "last.pt"

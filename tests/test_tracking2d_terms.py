@@ -89,9 +89,10 @@ def test_proprioception_is_heading_invariant():
     dv = torch.randn(N, J, generator=g)
     a = O.proprioception(pos, q, v, w, brot, parents, dv, key)
     yaw = rot.quat_from_axis_angle(torch.tensor([0.0, 0, 1]).expand(N, 3), torch.full((N,), 1.3))
-    turn = lambda x: rot.quat_rotate(
-        yaw.reshape(N, *([1] * (x.ndim - 2)), 4).expand(*x.shape[:-1], 4), x
-    )  # noqa: E731
+
+    def turn(x):
+        return rot.quat_rotate(yaw.reshape(N, *([1] * (x.ndim - 2)), 4).expand(*x.shape[:-1], 4), x)
+
     qb = rot.quat_mul(yaw[:, None].expand(N, B, 4), brot)
     pos2 = turn(pos) + torch.tensor([5.0, -2.0, 0.0])
     b = O.proprioception(
