@@ -1,0 +1,8 @@
+#!/bin/bash
+# Start a Ray head on this machine and train with envs in its actors (what a cluster job does,
+# on one machine): bash cluster/ray_local.sh [mimic2dm-train overrides...]
+set -euo pipefail
+PORT=${RAY_PORT:-6390}
+ray start --head --port="$PORT" --num-cpus="${RAY_CPUS:-$(nproc)}" --include-dashboard=false
+trap 'ray stop --force >/dev/null' EXIT
+mimic2dm-train ray=local ray.address="127.0.0.1:$PORT" "$@"
