@@ -5,7 +5,7 @@
    view, made on the fly) for a few minutes, with wandb (offline) and TensorBoard logs.
 2. Evaluate the best checkpoint deterministically on the clip: DESIGN-10 metrics as
    JSON, an overlay picture of reference vs projected keypoints, and a rendered video.
-3. Evaluate the untrained baseline (hold the default pose) the same way, for scale.
+3. Evaluate the same network freshly initialised (the untrained baseline) the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from rich.console import Console
 def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: int = 0) -> dict:
     """Train for ``minutes`` of wall time, evaluate, and write everything into ``out``."""
     from mimic2dm.eval import evaluate
+    from mimic2dm.rl.policy import load_policy, untrained_policy
     from mimic2dm.train import compose_config, train
 
     console = Console()
@@ -43,30 +44,13 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
     clip = out / "train" / "data" / "demo_clip.npz"
     console.print(f"[bold]evaluating[/] {ckpt} on {clip}")
     report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", out / "rollout.mp4")
-    baseline = evaluate(_HoldPose(ckpt), [clip], 1, out / "eval_untrained.json")
+    baseline = evaluate(untrained_policy(load_policy(ckpt)), [clip], 1, out / "eval_untrained.json")
     result = {
         "trained": {k: v for k, v in report.items() if k != "sequences"},
-        "untrained_hold_pose": {k: v for k, v in baseline.items() if k != "sequences"},
+        "untrained": {k: v for k, v in baseline.items() if k != "sequences"},
         "training": {k: summary.get(k) for k in ("epochs", "frames", "wall_s") if k in summary},
         "outputs": [str(out / n) for n in ("eval.json", "overlay.png", "rollout.mp4", "train")],
     }
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print_json(json.dumps(result, default=str))
     return result
-
-
-class _HoldPose:
-    """The untrained baseline: zero actions hold the default pose (same env spec as ``ckpt``)."""
-
-    def __init__(self, ckpt: Path):
-        from mimic2dm.rl.policy import load_policy
-
-        self.env_spec = load_policy(ckpt).env_spec
-        self.path = "hold-pose baseline"
-
-    def act(self, obs, deterministic=True):
-        import torch
-
-        from mimic2dm.characters import load_character
-
-        return torch.zeros(obs.shape[0], len(load_character(self.env_spec.character).dof_names))

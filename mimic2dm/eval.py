@@ -125,7 +125,9 @@ def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, 
         )
         per_seq.append({"clip": clip.name, "views": vs, **m})
     report = {
-        "checkpoint": str(getattr(policy, "path", checkpoint)),
+        "checkpoint": str(checkpoint)
+        if isinstance(checkpoint, str | Path)
+        else type(checkpoint).__name__,
         "views": views,
         "sequences": per_seq,
         "success_rate": float(np.mean([s["success"] for s in per_seq])),
