@@ -68,7 +68,11 @@ def eval_cmd(
 
     from mimic2dm.eval import evaluate
 
-    report = evaluate(checkpoint, data, views, json_out, picture, video)
+    try:
+        report = evaluate(checkpoint, data, views, json_out, picture, video)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
     summary = {k: v for k, v in report.items() if k != "sequences"}
     Console().print_json(data=summary)
 

@@ -62,3 +62,11 @@ def test_bench_train_reports_three_modes_and_ratios(tmp_path):
     assert set(r["modes"]) == set(r["ratios"]) and len(r["modes"]) == 3
     assert r["ratios"]["in-process"] == 1.0
     assert all(m["samples_per_s"] > 0 for m in r["modes"].values())
+
+
+def test_eval_command_bad_input_is_a_clear_error(tmp_path):
+    res = CliRunner().invoke(
+        app, ["eval", str(tmp_path / "missing.pt"), "--data", str(tmp_path / "x.npz")]
+    )
+    assert res.exit_code == 1
+    assert "missing.pt" in res.output
