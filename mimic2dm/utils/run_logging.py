@@ -108,13 +108,19 @@ class RunLogger:
             self.wandb_run.log(clean, step=step)
 
     def log_video(self, name: str, frames: np.ndarray, fps: int, step: int) -> None:
-        """Log ``frames [T, H, W, 3]`` uint8 as a video (and keep an mp4 in the run dir)."""
+        """Log ``frames [T, H, W, 3]`` uint8 as a video (an mp4 in the run dir, and to wandb).
+
+        TensorBoard gets the video only where its encoder (``moviepy.editor``, gone in
+        moviepy 2) is importable.
+        """
+        import importlib.util
+
         import imageio.v2 as imageio
 
         path = self.run_dir / "videos" / f"{name.replace('/', '_')}_{step:09d}.mp4"
         path.parent.mkdir(parents=True, exist_ok=True)
-        imageio.mimsave(path, list(frames), fps=fps)
-        if self.tb is not None:
+        imageio.mimsave(path, list(frames), fps=fps, macro_block_size=1)
+        if self.tb is not None and importlib.util.find_spec("moviepy.editor") is not None:
             self.tb.add_video(name, np.transpose(frames, (0, 3, 1, 2))[None], step, fps=fps)
         if self.wandb_run is not None:
             import wandb
