@@ -3,6 +3,9 @@
 # on one machine): bash cluster/ray_local.sh [mimic2dm-train overrides...]
 set -euo pipefail
 PORT=${RAY_PORT:-6390}
-ray start --head --port="$PORT" --num-cpus="${RAY_CPUS:-$(nproc)}" --include-dashboard=false
+# Ray 2.60 clusters started with `ray start` use token authentication: the driver must use it too
+# (the token is in ~/.ray/auth_token, written by `ray start`).
+export RAY_AUTH_MODE=token
+ray start --head --node-ip-address=127.0.0.1 --port="$PORT" --num-cpus="${RAY_CPUS:-$(nproc)}" --include-dashboard=false
 trap 'ray stop --force >/dev/null' EXIT
 mimic2dm-train ray=local ray.address="127.0.0.1:$PORT" "$@"

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = ("task", "character", "engine", "data", "train", "logger", "ray")
 
+if not OmegaConf.has_resolver("m2d_root"):
+    # the project root, so that paths in configs do not depend on the working directory
+    OmegaConf.register_new_resolver("m2d_root", lambda: str(CONF_DIR.parent))
 if not OmegaConf.has_resolver("m2d_or"):
     # ``${m2d_or:a,b}``: a unless it is null/empty (resume runs write into their own run dir)
     OmegaConf.register_new_resolver(
@@ -206,7 +209,7 @@ def train(
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="tracker")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="tracker")
 def _app(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
