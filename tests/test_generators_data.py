@@ -27,11 +27,8 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+def _one_thread(one_torch_thread):
+    """Small models: one torch thread is faster than two on shared cores."""
 
 
 @pytest.fixture(scope="module")
