@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench lint clean
+.PHONY: setup test test-fast demo bench lint clean docker-cpu docker-gpu
 
 setup: $(STAMP)
 
@@ -37,6 +37,17 @@ bench: setup
 lint: setup
 	$(BIN)/ruff check mimic2dm tasks generators tests
 	$(BIN)/ruff format --check mimic2dm tasks generators tests
+	$(BIN)/hadolint docker/cpu.Dockerfile docker/gpu.Dockerfile
+
+# Images (docker/README.md); the build context is the repository root (.dockerignore).
+DOCKER ?= docker
+IMAGE  ?= mimic2dm
+
+docker-cpu:
+	$(DOCKER) build -f docker/cpu.Dockerfile -t $(IMAGE):cpu .
+
+docker-gpu:
+	$(DOCKER) build -f docker/gpu.Dockerfile -t $(IMAGE):gpu .
 
 clean:
 	rm -rf runs .pytest_cache

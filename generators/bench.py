@@ -1,15 +1,15 @@
 """``mimic2dm bench generate``: streaming 2D motion generation speed on one CPU core.
 
-Measures frames/s of the full streaming path of hierarchical control: GPT tokens with a
-sliding context, tokenizer decoding in chunks, de-normalisation and ``G^-1`` into
-pixels, with ``torch.set_num_threads(1)``; reports the ratio to real time (30 fps).
+Measures frames/s of the streaming path a hierarchical controller (planned, not built
+yet) would consume: GPT tokens with a sliding context, tokenizer decoding in chunks,
+de-normalisation and ``G^-1`` into pixels, with ``torch.set_num_threads(1)``; reports
+the ratio to real time (30 fps).
 Without a checkpoint it times randomly initialised models of the paper's sizes (speed
 does not depend on the weights).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -25,6 +25,13 @@ from mimic2dm.generators.sample import (
     load_generator,
 )
 from mimic2dm.generators.vqvae import VQVAE, VQVAEConfig
+
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    json_to_stdout,
+    library_output_to_log,
+    write_json_report,
+)
 
 REAL_TIME_FPS = 30.0
 TARGET_FPS = 1000.0
@@ -95,16 +102,16 @@ def bench_generate_cmd(
     frames: int = typer.Option(2000, min=1, help="Frames timed (per view)."),
     chunk: int = typer.Option(8, min=1, help="Tokens per view decoded per call."),
     seed: int = typer.Option(0, help="Sampling seed."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+    json_out: JsonOption = None,
 ) -> None:
     """Frames/s of streaming GPT generation incl. tokenizer decoding on one CPU core, vs real time (30 fps)."""
-    r = bench_generate(checkpoint, frames, chunk, seed)
+    with library_output_to_log("bench"):
+        r = bench_generate(checkpoint, frames, chunk, seed)
     typer.echo(f"streaming generation ({r['checkpoint']}, {r['num_views']} view(s), 1 thread): "
                f"{r['frames_per_s']:,.0f} frames/s = {r['realtime_ratio']:.1f}x real time at 30 fps "
-               f"({r['ms_per_frame']:.3f} ms/frame; target {TARGET_FPS:.0f} frames/s: {'met' if r['meets_target'] else 'NOT met'})")  # fmt: skip
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(r, indent=2) + "\n")
+               f"({r['ms_per_frame']:.3f} ms/frame; target {TARGET_FPS:.0f} frames/s: {'met' if r['meets_target'] else 'NOT met'})",
+               err=json_to_stdout(json_out))  # fmt: skip
+    write_json_report(r, json_out)
 
 
 app = typer.Typer(add_completion=False)

@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-from mimic2dm.generators.gpt import Block, condition_vector, init_weights
+from mimic2dm.generators.gpt import Block, check_transformer, condition_vector, init_weights
+
+from mimic2dm.utils.validate import check
 
 
 @dataclass
@@ -46,6 +48,16 @@ class DiffusionConfig:
     p_uncond: float = 0.1
     guidance: float = 1.0
     overlap: int = 8
+
+    def __post_init__(self):
+        check("model.in_dim", self.in_dim, ge=1, integer=True)
+        check("model.window", self.window, ge=1, integer=True)
+        check_transformer("model", self.n_layer, self.n_head, self.n_embd, self.dropout)
+        check("model.num_steps", self.num_steps, ge=1, integer=True)
+        check("model.num_classes", self.num_classes, ge=0, integer=True)
+        check("model.p_uncond", self.p_uncond, ge=0, le=1)
+        check("model.guidance", self.guidance, ge=0)
+        check("model.overlap", self.overlap, ge=0, integer=True)  # < window: DiffusionType.check
 
 
 def cosine_alpha_bar(num_steps: int, s: float = 0.008) -> torch.Tensor:

@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from mimic2dm.generators.data import FeatureStats, WindowBatch, WindowSampler, feature_mask
 from mimic2dm.generators.vqvae import ResBlock
 
+from mimic2dm.utils.validate import check
+
 
 @dataclass
 class FIDConfig:
@@ -52,6 +54,15 @@ class FIDConfig:
     label_weight: float = 1.0
     max_shift: int = 4
     noise: float = 0.05
+
+    def __post_init__(self):
+        for key in ("in_dim", "num_keypoints", "window", "width", "feat_dim"):
+            check(f"model.{key}", getattr(self, key), ge=1, integer=True)
+        check("model.num_classes", self.num_classes, ge=0, integer=True)
+        check("model.temperature", self.temperature, gt=0)
+        check("model.label_weight", self.label_weight, ge=0)
+        check("model.max_shift", self.max_shift, ge=0, integer=True)
+        check("model.noise", self.noise, ge=0)
 
 
 class MotionEncoder(nn.Module):

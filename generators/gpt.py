@@ -22,6 +22,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from mimic2dm.utils.validate import ConfigError, check
+
 IGNORE = -1
 """Target value ignored by the loss (padding of short clips)."""
 
@@ -49,6 +51,24 @@ class GPTConfig:
     num_classes: int = 0
     num_views: int = 1
     p_uncond: float = 0.1
+
+    def __post_init__(self):
+        check("model.vocab_size", self.vocab_size, ge=1, integer=True)
+        check("model.block_size", self.block_size, ge=2, integer=True)
+        check_transformer("model", self.n_layer, self.n_head, self.n_embd, self.dropout)
+        check("model.num_classes", self.num_classes, ge=0, integer=True)
+        check("model.num_views", self.num_views, ge=1, integer=True)
+        check("model.p_uncond", self.p_uncond, ge=0, le=1)
+
+
+def check_transformer(key: str, n_layer: int, n_head: int, n_embd: int, dropout: float) -> None:
+    """Range checks of a transformer's size (``key.n_layer`` ...); raises ``ConfigError``."""
+    check(f"{key}.n_layer", n_layer, ge=1, integer=True)
+    check(f"{key}.n_head", n_head, ge=1, integer=True)
+    check(f"{key}.n_embd", n_embd, ge=1, integer=True)
+    if n_embd % n_head:
+        raise ConfigError(f"{key}.n_embd", n_embd, f"a multiple of {key}.n_head={n_head}")
+    check(f"{key}.dropout", dropout, ge=0, lt=1)
 
 
 class SelfAttention(nn.Module):
@@ -211,18 +231,21 @@ class GPT(nn.Module):
             new.append(kv)
         return self.head(self.ln_f(x[:, -1])), new
 
-    def configure_optimizers(
-        self, lr: float, weight_decay: float, betas=(0.9, 0.95)
-    ) -> torch.optim.AdamW:
-        """AdamW with weight decay on matrices only (not biases, norms, embeddings of size 1)."""
+    def optim_groups(self, weight_decay: float) -> list[dict]:
+        """Parameter groups: weight decay on matrices only (not biases, norms, embeddings of size 1)."""
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= 2]
         other = [p for p in params if p.dim() < 2]
-        groups = [
+        return [
             {"params": decay, "weight_decay": weight_decay},
             {"params": other, "weight_decay": 0.0},
         ]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas)
+
+    def configure_optimizers(
+        self, lr: float, weight_decay: float, betas=(0.9, 0.95)
+    ) -> torch.optim.AdamW:
+        """AdamW over :meth:`optim_groups`."""
+        return torch.optim.AdamW(self.optim_groups(weight_decay), lr=lr, betas=betas)
 
     @torch.inference_mode()
     def next_token(self, context: torch.Tensor, y: torch.Tensor, temperature: float = 1.0,

@@ -11,19 +11,26 @@ steps straight and N/2 + resume + N/2 give identical weights.
 from __future__ import annotations
 
 import logging
-import math
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from mimic2dm.generators.config import AppConfig, TrainConfig
+from mimic2dm.generators.data import ClipSet, FeatureStats, load_clips, prepare_data
+from mimic2dm.generators.optim import DEFAULT_BETAS, OptimConfig, make_optimizer
 from omegaconf import DictConfig, OmegaConf
 
 from mimic2dm.utils.checkpoint import CheckpointManager, rng_state, seed_everything, set_rng_state
 from mimic2dm.utils.run_logging import RunLogger, make_progress, save_resolved_config
 
 log = logging.getLogger(__name__)
+
+TOKENIZER_KIND = "mimic2dm.tokenizer"
+GENERATOR_KIND = "mimic2dm.generator"
+FID_TRAINING_KIND = "mimic2dm.fid_training"
+"""Checkpoint ``kind`` of each app (checked on resume and on load)."""
 
 CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 """``../conf`` from this file, absolute: Hydra would read a relative path as a package
@@ -117,14 +124,6 @@ def save(run: Run, step: int, model: torch.nn.Module, optimizer: torch.optim.Opt
     return run.ckpt.save(state, step, metric)
 
 
-def lr_at(step: int, base: float, warmup: int, max_steps: int, min_ratio: float = 0.1) -> float:
-    """Linear warm-up then cosine decay to ``min_ratio * base``."""
-    if step < warmup:
-        return base * (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, max_steps - warmup))
-    return base * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * p)))
-
-
 def _optimizer_step(model, optimizer, loss_fn, lr: float, grad_clip) -> dict:
     for group in optimizer.param_groups:
         group["lr"] = lr
@@ -158,7 +157,8 @@ def train_loop(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     step: int,
-    train: DictConfig,
+    train: TrainConfig,
+    optim: OptimConfig,
     loss_fn: Callable[[], dict],
     eval_fn: Callable[[], dict] | None,
     save_fn: Callable[[int, float | None], None],
@@ -170,7 +170,7 @@ def train_loop(
     Args:
         run: the open run (logging, progress).
         model, optimizer: trained in place; ``step``: first step (resume).
-        train: ``max_steps``, ``lr``, ``warmup_steps``, ``grad_clip``, ``eval_every``, ``ckpt_every``.
+        train: ``max_steps``, ``eval_every``, ``ckpt_every``; optim: learning-rate schedule, ``grad_clip``.
         loss_fn: draws a batch and returns a dict with ``loss`` (other entries are logged).
         eval_fn: deterministic evaluation (must not draw from the global RNG).
         save_fn: ``save_fn(step, metric)`` writes a checkpoint.
@@ -179,15 +179,15 @@ def train_loop(
     Returns:
         The final step.
     """
-    max_steps, log_every = int(train.max_steps), max(1, int(run.cfg.logger.log_every))
-    eval_every, ckpt_every = int(train.get("eval_every", 0)), int(train.get("ckpt_every", 0))
+    max_steps, log_every = train.max_steps, max(1, int(run.cfg.logger.log_every))
+    eval_every, ckpt_every = train.eval_every, train.ckpt_every
     saved = step
     model.train()
     with make_progress() as progress:
         task = progress.add_task(prefix, total=max_steps, completed=step, info="")
         while step < max_steps:
-            lr = lr_at(step, float(train.lr), int(train.warmup_steps), max_steps)
-            out = _optimizer_step(model, optimizer, loss_fn, lr, train.get("grad_clip"))
+            lr = optim.lr_at(step, max_steps)
+            out = _optimizer_step(model, optimizer, loss_fn, lr, optim.grad_clip)
             step += 1
             if step % log_every == 0 or step == max_steps:
                 scalars = {
@@ -205,3 +205,59 @@ def train_loop(
     if saved != step:
         save_fn(step, None)
     return step
+
+
+def fit(run: Run, model: torch.nn.Module, app: AppConfig, loss_fn: Callable[[], dict],
+        eval_fn: Callable[[], dict] | None, extra: dict, metric: str | None, prefix: str,
+        default_betas: tuple[float, float] = DEFAULT_BETAS) -> int:  # fmt: skip
+    """Optimiser of ``app.optim``, resume, then :func:`train_loop` with checkpoints holding ``extra``.
+
+    Returns:
+        The final step.
+    """
+    optimizer = make_optimizer(model, app.optim, default_betas)
+    step = restore(run, model, optimizer)
+
+    def save_fn(s: int, value: float | None) -> None:
+        save(run, s, model, optimizer, extra, value)
+
+    return train_loop(run, model, optimizer, step, app.train, app.optim, loss_fn, eval_fn, save_fn, metric, prefix)  # fmt: skip
+
+
+def finish(run: Run, metrics: dict, log_prefix: str | None = None) -> dict:
+    """The apps' closing: log the float metrics under ``log_prefix/`` (if given), write
+    ``RUN/metrics.json``, close the loggers; returns ``metrics``."""
+    if log_prefix:
+        floats = {f"{log_prefix}/{k}": v for k, v in metrics.items() if isinstance(v, float)}
+        run.logger.log(floats, int(metrics["step"]))
+    run.logger.log_json("metrics", metrics)
+    run.logger.close()
+    return metrics
+
+
+def data_info(clips: ClipSet, label_key: str | None) -> dict:
+    """What a checkpoint records about its data (keypoint set, fps, labels, image size)."""
+    return {"keypoint_set": clips.keypoint_set, "fps": clips.fps, "label_names": list(clips.label_names),
+            "label_key": label_key, "image_size": list(clips.image_size), "files": len(clips.files)}  # fmt: skip
+
+
+def load_train_and_eval(
+    cfg: DictConfig, label_names=None, keypoint_set=None
+) -> tuple[ClipSet, ClipSet]:
+    """Training clips and evaluation clips (the held-out directory, else the training set)."""
+    train_dir, held_dir = prepare_data(cfg.gen_data)
+    key = cfg.gen_data.get("label_key")
+    train = load_clips(train_dir, key, label_names, keypoint_set)
+    held = load_clips(held_dir, key, train.label_names, train.keypoint_set) if held_dir else train
+    return train, held
+
+
+def load_data(run: Run) -> tuple[ClipSet, ClipSet, FeatureStats]:
+    """Training clips, evaluation clips and normalisation of ``run``; a resumed run keeps
+    its checkpoint's labels, keypoint set and statistics."""
+    st = run.state
+    if st is None:
+        clips, held = load_train_and_eval(run.cfg)
+        return clips, held, clips.compute_stats()
+    clips, held = load_train_and_eval(run.cfg, st["data"]["label_names"], st["data"]["keypoint_set"])  # fmt: skip
+    return clips, held, FeatureStats.from_dict(st["stats"])

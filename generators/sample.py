@@ -22,11 +22,11 @@ import numpy as np
 import torch
 import typer
 from mimic2dm.generators.data import FeatureStats, features_to_pixels
-from mimic2dm.generators.diffusion import Diffusion, DiffusionConfig
-from mimic2dm.generators.gpt import GPT, GPTConfig, TokenStream
+from mimic2dm.generators.gpt import GPT, TokenStream
+from mimic2dm.generators.model_types import GeneratorType, generator_type
 from mimic2dm.generators.vqvae import VQVAE, tokenizer_from_payload
 
-GENERATOR_KIND = "mimic2dm.generator"
+from mimic2dm.utils.validate import check
 
 
 @dataclass
@@ -34,8 +34,8 @@ class LoadedGenerator:
     """A generator ready to sample.
 
     Attributes:
-        model_type: ``gpt`` (also multi-view) or ``diffusion``.
-        model: the :class:`GPT` or :class:`Diffusion` (eval mode).
+        model_type: registered type (``gpt``, also multi-view, or ``diffusion``).
+        model: the model of that type (eval mode).
         stats: normalisation of the canonical features the model works in.
         tokenizer: the frozen :class:`VQVAE` (GPT only).
         data: keypoint set, fps, label names, image size of the training data.
@@ -50,8 +50,12 @@ class LoadedGenerator:
     source: str = ""
 
     @property
+    def gtype(self) -> GeneratorType:
+        return generator_type(self.model_type, "model_type")
+
+    @property
     def num_views(self) -> int:
-        return self.model.config.num_views if self.model_type == "gpt" else 1
+        return self.gtype.num_views(self.model)
 
     def label_id(self, condition: str | None) -> int:
         """Label id of ``condition`` (``None``/``""``/``none``: unconditional, ``-1``)."""
@@ -66,17 +70,13 @@ class LoadedGenerator:
 
 
 def build_generator(model_type: str, config: dict) -> torch.nn.Module:
-    """A fresh GPT or diffusion model from its config dict."""
-    if model_type == "gpt":
-        return GPT(GPTConfig(**config))
-    if model_type == "diffusion":
-        return Diffusion(DiffusionConfig(**config))
-    raise ValueError(f"model type {model_type!r} is not one of gpt, diffusion")
+    """A fresh model of registered type ``model_type`` from its config dict."""
+    return generator_type(model_type, "model_type").build(config)
 
 
 def load_generator(path: str | Path) -> LoadedGenerator:
     """Load a generator checkpoint (a ``.pt`` file or a ``train_generator`` run directory)."""
-    from mimic2dm.generators.runs import resolve_checkpoint
+    from mimic2dm.generators.runs import GENERATOR_KIND, resolve_checkpoint
 
     from mimic2dm.utils.checkpoint import load_checkpoint
 
@@ -86,7 +86,10 @@ def load_generator(path: str | Path) -> LoadedGenerator:
         raise ValueError(
             f"{p}: field 'kind' is {d.get('kind')!r}, expected {GENERATOR_KIND!r} (a train_generator checkpoint)"
         )
-    model = build_generator(d["model_type"], d["model_config"])
+    try:
+        model = build_generator(d["model_type"], d["model_config"])
+    except ValueError as e:  # an unknown type or a config out of range: name the file
+        raise ValueError(f"{p}: {e}") from None
     model.load_state_dict(d["model"])
     tok = tokenizer_from_payload(d["tokenizer"])[0] if d.get("tokenizer") else None
     return LoadedGenerator(
@@ -215,19 +218,23 @@ class PixelStream:
 def generate_features(gen: LoadedGenerator, frames: int, label: int = -1, seed: int = 0, temperature: float = 1.0,
                       top_k: int | None = None) -> torch.Tensor:  # fmt: skip
     """``frames`` raw canonical frames ``[V, frames, D]``, deterministic in ``seed``."""
-    if frames < 1:
-        raise ValueError(f"frames must be >= 1, got {frames}")
+    check_sampling(frames, seed, temperature, top_k)
     g = torch.Generator().manual_seed(seed)
-    if gen.model_type == "diffusion":
-        m: Diffusion = gen.model
-        x = m.sample_long(torch.tensor([label]), frames, m.config.overlap, g)
-        return gen.stats.denormalize(x)
-    stream = MotionStream(gen.model, gen.tokenizer, gen.stats, label, temperature, top_k, g)
-    chunks, n = [], 0
-    while n < frames:
-        chunks.append(stream.next_chunk())
-        n += chunks[-1].shape[1]
-    return torch.cat(chunks, dim=1)[:, :frames]
+    return gen.gtype.generate(gen, frames, label, g, temperature, top_k)
+
+
+def check_sampling(frames: int, seed: int, temperature: float, top_k: int | None) -> None:
+    """Range checks of the sampling options (errors name the ``mimic2dm sample`` option).
+
+    Raises:
+        ConfigError: ``--frames >= 1``, ``--seed >= 0``, ``--temperature >= 0`` (0: greedy),
+            ``--top-k >= 0`` (0 / None: all tokens).
+    """
+    check("--frames", frames, ge=1, integer=True)
+    check("--seed", seed, ge=0, integer=True)
+    check("--temperature", temperature, ge=0)
+    if top_k is not None:
+        check("--top-k", top_k, ge=0, integer=True)
 
 
 def features_to_motion2d(
@@ -244,10 +251,10 @@ def features_to_motion2d(
 
 def render_preview(m, path: str | Path, tile_height: int = 360) -> Path:
     """Draw every view of a ``Motion2D`` side by side into an mp4 at the clip's fps."""
-    import imageio.v2 as imageio
     from PIL import Image, ImageDraw
 
     from mimic2dm.motion.keypoint_sets import load_keypoint_set
+    from mimic2dm.render import write_video
     from mimic2dm.utils.draw import REF_COLOR, draw_skeleton
 
     kset = load_keypoint_set(m.keypoint_set)
@@ -267,7 +274,7 @@ def render_preview(m, path: str | Path, tile_height: int = 360) -> Path:
         frames.append(np.asarray(img))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    imageio.mimsave(path, frames, fps=m.fps, macro_block_size=1)
+    write_video(path, np.stack(frames), m.fps)
     return path
 
 
@@ -281,6 +288,7 @@ def sample_motion(checkpoint: str | Path, frames: int, condition: str | None, ou
     """
     from mimic2dm.motion.format import save_motion2d
 
+    check_sampling(frames, seed, temperature, top_k)
     gen = load_generator(checkpoint)
     label = gen.label_id(condition)
     placement = parse_placement(camera, gen.stats, seed)

@@ -17,7 +17,8 @@ from dataclasses import asdict
 import hydra
 import torch
 from mimic2dm.generators import runs
-from mimic2dm.generators.data import FeatureStats, WindowSampler
+from mimic2dm.generators.config import parse, validate
+from mimic2dm.generators.data import WindowSampler
 from mimic2dm.generators.fid import (
     FIDConfig,
     FIDExtractor,
@@ -28,12 +29,12 @@ from mimic2dm.generators.fid import (
     positive_pairs,
     real_windows,
 )
-from mimic2dm.generators.train_tokenizer import data_info, load_train_and_eval
 from omegaconf import DictConfig
 
 from mimic2dm.utils.checkpoint import atomic_torch_save
+from mimic2dm.utils.validate import exit_on_config_error
 
-KIND = "mimic2dm.fid_training"
+KIND = runs.FID_TRAINING_KIND
 
 
 def final_report(
@@ -52,27 +53,21 @@ def final_report(
 
 def train(cfg: DictConfig) -> dict:
     """Train (or resume) the extractor of ``cfg``, freeze it and report; returns the metrics."""
+    app = validate(cfg, "fid")
     run = runs.open_run(cfg, KIND)
-    st = run.state
-    clips, held = load_train_and_eval(cfg, st["data"]["label_names"] if st else None,
-                                      st["data"]["keypoint_set"] if st else None)  # fmt: skip
-    stats = FeatureStats.from_dict(st["stats"]) if st else clips.compute_stats()
-    mcfg = FIDConfig(in_dim=clips.dim, num_keypoints=clips.num_keypoints, window=int(cfg.window),
-                     num_classes=len(clips.label_names), **cfg.model)  # fmt: skip
+    clips, held, stats = runs.load_data(run)
+    mcfg = parse(FIDConfig, cfg.model, "model", in_dim=clips.dim, num_keypoints=clips.num_keypoints,
+                 window=int(cfg.window), num_classes=len(clips.label_names))  # fmt: skip
     model = MotionEncoder(mcfg)
     sampler, held_s = (
         WindowSampler(clips, mcfg.window, stats),
         WindowSampler(held, mcfg.window, stats),
     )
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=float(cfg.train.lr), weight_decay=float(cfg.train.weight_decay)
-    )
-    step = runs.restore(run, model, optimizer)
-    bs = int(cfg.train.batch_size)
+    bs = app.train.batch_size
     extra = {
         "model_config": asdict(mcfg),
         "stats": stats.to_dict(),
-        "data": data_info(clips, cfg.gen_data.get("label_key")),
+        "data": runs.data_info(clips, cfg.gen_data.get("label_key")),
     }
 
     def loss_fn() -> dict:
@@ -87,12 +82,7 @@ def train(cfg: DictConfig) -> dict:
             out = extractor_loss(model, a, b, g)
         return {k: float(v) for k, v in out.items()}
 
-    def save_fn(s: int, metric: float | None) -> None:
-        runs.save(run, s, model, optimizer, extra, metric)
-
-    step = runs.train_loop(
-        run, model, optimizer, step, cfg.train, loss_fn, eval_fn, save_fn, "nce", "fid"
-    )
+    step = runs.fit(run, model, app, loss_fn, eval_fn, extra, "nce", "fid")
     ext = FIDExtractor(model, stats)
     atomic_torch_save(ext.payload(), run.dir / "fid_extractor.pt")
     metrics = {
@@ -100,16 +90,14 @@ def train(cfg: DictConfig) -> dict:
         **eval_fn(),
         **final_report(ext, sampler, held_s, int(cfg.eval_windows)),
     }
-    run.logger.log({f"fid/{k}": v for k, v in metrics.items() if isinstance(v, float)}, step)
-    run.logger.log_json("metrics", metrics)
-    run.logger.close()
-    return metrics
+    return runs.finish(run, metrics, "fid")
 
 
 @hydra.main(config_path=runs.CONF_DIR, config_name="train_fid", version_base="1.3")
 def main(cfg: DictConfig) -> None:
     """Console entry point ``mimic2dm-train-fid``."""
-    m = train(cfg)
+    with exit_on_config_error():
+        m = train(cfg)
     print(f"FID extractor {m['fid_extractor']}: FID train vs held-out {m['fid_train_vs_heldout']:.3f}, "
           f"held-out vs itself {m['fid_heldout_self']:.2e}, diversity {m['diversity_heldout']:.3f}")  # fmt: skip
 

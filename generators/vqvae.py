@@ -18,6 +18,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from mimic2dm.generators.data import FeatureStats, WindowSampler, window_pixel_errors
 
+from mimic2dm.utils.validate import check
+
 
 @dataclass
 class VQVAEConfig:
@@ -46,6 +48,14 @@ class VQVAEConfig:
     commitment: float = 0.02
     dead_threshold: float = 1.0
     global_weight: float = 1.0
+
+    def __post_init__(self):
+        for key in ("in_dim", "num_keypoints", "width", "depth", "codebook_size", "code_dim"):
+            check(f"model.{key}", getattr(self, key), ge=1, integer=True)
+        check("model.down_t", self.down_t, ge=0, integer=True)
+        check("model.ema_decay", self.ema_decay, ge=0, lt=1)
+        for key in ("commitment", "dead_threshold", "global_weight"):
+            check(f"model.{key}", getattr(self, key), ge=0)
 
     @property
     def downsample(self) -> int:

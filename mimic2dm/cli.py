@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
+from mimic2dm.jobs import jobs_app, submit_cmd
 from mimic2dm.motion.cli import app as data_app
 from mimic2dm.rl.bench import bench_train_command
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    human_console,
+    library_output_to_log,
+    write_json_report,
+)
 from mimic2dm.video.cli import bench_pose, extract, pose_app
 
 app = typer.Typer(
@@ -29,6 +38,8 @@ bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("train")(bench_train_command)
 app.command("sample")(sample_cmd)
+app.command("submit")(submit_cmd)
+app.add_typer(jobs_app, name="jobs", help="Ray jobs on a cluster: list, logs, stop, fetch.")
 
 
 @app.command()
@@ -53,9 +64,9 @@ def eval_cmd(
         ..., "--data", help="2D-motion file(s) with cameras; repeat for several."
     ),
     views: int = typer.Option(
-        1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."
+        1, min=1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."
     ),
-    json_out: str = typer.Option(None, "--json", help="Write the report here."),
+    json_out: JsonOption = None,
     picture: str = typer.Option(
         None, help="Overlay picture of reference vs projected keypoints (.png)."
     ),
@@ -64,17 +75,54 @@ def eval_cmd(
     ),
 ) -> None:
     """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
-    from rich.console import Console
-
     from mimic2dm.eval import evaluate
 
+    if video:
+        from mimic2dm.render import gl_backend, no_gl_message
+
+        if gl_backend() is None:  # fail before the rollout, not after it
+            typer.echo(f"error: --video {video}: {no_gl_message()}", err=True)
+            raise typer.Exit(1)
     try:
-        report = evaluate(checkpoint, data, views, json_out, picture, video)
+        with library_output_to_log("eval"):
+            report = evaluate(checkpoint, data, views, None, picture, video)
     except (ValueError, FileNotFoundError, KeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
     summary = {k: v for k, v in report.items() if k != "sequences"}
-    Console().print_json(data=summary)
+    human_console(json_out).print_json(data=summary)
+    write_json_report(report, json_out)
+    if video and not os.path.isfile(video):  # GL failed in this process after a good probe
+        typer.echo(f"error: --video {video}: rendering failed (see the warning above)", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("export")
+def export_cmd(
+    checkpoint: str = typer.Argument(..., help="Tracker checkpoint (.pt) or run directory."),
+    out: str = typer.Option(..., "--out", help="Output directory."),
+    fmt: str = typer.Option("onnx", "--format", help="onnx | torchscript."),
+    data: list[str] = typer.Option(
+        None, "--data", help="Clip(s) for the check rollout (default: the run's clips)."
+    ),
+    tolerance: float = typer.Option(1e-5, help="Largest allowed |exported - torch| error."),
+) -> None:
+    """Export the tracker policy (normalisation included) with a JSON description; check it
+    against torch on observations of a short rollout."""
+    from mimic2dm.export import export_policy
+
+    try:
+        desc = export_policy(checkpoint, out, fmt, data=data or None, tolerance=tolerance)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    c = desc["check"]
+    typer.echo(f"wrote {os.path.join(out, desc['model'])} and {os.path.join(out, 'policy.json')}")
+    typer.echo(f"max |{c['runtime']} - torch| = {c['max_abs_error']:.3g} over {c['samples']} "
+               f"recorded observations (tolerance {tolerance:g})")  # fmt: skip
+    if not c["passed"]:
+        typer.echo("error: the exported policy does not match torch", err=True)
+        raise typer.Exit(2)
 
 
 def main() -> None:

@@ -4,7 +4,8 @@
    the project's own demo clip (a keyframed humanoid motion projected to one static
    view, made on the fly) for a few minutes, with wandb (offline) and TensorBoard logs.
 2. Evaluate the best checkpoint deterministically on the clip: DESIGN-10 metrics as
-   JSON, an overlay picture of reference vs projected keypoints, and a rendered video.
+   JSON, an overlay picture of reference vs projected keypoints, and a rendered video
+   (skipped, and said so, where no OpenGL back-end works: :func:`mimic2dm.render.gl_backend`).
 3. Evaluate the same network freshly initialised (the untrained baseline) the same way.
 """
 
@@ -19,11 +20,20 @@ from rich.console import Console
 def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: int = 0) -> dict:
     """Train for ``minutes`` of wall time, evaluate, and write everything into ``out``."""
     from mimic2dm.eval import evaluate
+    from mimic2dm.render import gl_backend, no_gl_message
     from mimic2dm.rl.policy import load_policy, untrained_policy
     from mimic2dm.train import compose_config, train
 
     console = Console()
     out = Path(out).resolve()
+    # probed before training so that its videos and ours use the same answer
+    backend = gl_backend()
+    (out / "rollout.mp4").unlink(missing_ok=True)  # a stale video must not pass for this run's
+    video = out / "rollout.mp4" if backend is not None else None
+    if video is None:
+        console.print(f"[yellow]no video[/]: the demo skips rollout.mp4: {no_gl_message()}")
+    else:
+        console.print(f"rendering videos with MuJoCo's {backend} back-end")
     cfg = compose_config(
         [
             "data=demo",
@@ -43,13 +53,18 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
     ckpt = ckpt_dir / "best.pt" if (ckpt_dir / "best.pt").is_file() else ckpt_dir / "last.pt"
     clip = out / "train" / "data" / "demo_clip.npz"
     console.print(f"[bold]evaluating[/] {ckpt} on {clip}")
-    report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", out / "rollout.mp4")
+    report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", video)
+    if video is not None and not video.is_file():  # GL failed here after a good probe
+        console.print("[yellow]no video[/]: rendering failed (see the warning above)")
+        video = None
     baseline = evaluate(untrained_policy(load_policy(ckpt)), [clip], 1, out / "eval_untrained.json")
     result = {
         "trained": {k: v for k, v in report.items() if k != "sequences"},
         "untrained": {k: v for k, v in baseline.items() if k != "sequences"},
         "training": {k: summary.get(k) for k in ("epochs", "frames", "wall_s") if k in summary},
-        "outputs": [str(out / n) for n in ("eval.json", "overlay.png", "rollout.mp4", "train")],
+        "outputs": [str(out / n) for n in ("eval.json", "overlay.png", "train")]
+        + ([str(video)] if video is not None else []),
+        "video": str(video) if video is not None else f"skipped: {no_gl_message()}",
     }
     (out / "demo.json").write_text(json.dumps(result, indent=2, default=str))
     console.print_json(json.dumps(result, default=str))

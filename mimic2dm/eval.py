@@ -9,7 +9,6 @@ DESIGN-10 metrics are computed on the whole sequence.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from mimic2dm.tasks.tracking2d.asi import ASIConfig
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 from mimic2dm.utils.draw import overlay_grid
+from mimic2dm.utils.reporting import write_json_report
 
 
 def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
@@ -94,7 +94,9 @@ def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, 
         checkpoint: a checkpoint path, or a loaded policy (``.act(obs, deterministic)``, ``.env_spec``).
         data: 2D-motion files with cameras.
         views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation).
-        json_out, picture_out, video_out: optional output paths.
+        json_out, picture_out, video_out: optional output paths (``json_out`` may be ``-``: stdout).
+            The video is skipped with one warning where no OpenGL back-end works
+            (:func:`mimic2dm.render.gl_backend`; callers that need it check that first).
     """
     if hasattr(checkpoint, "act"):
         policy = checkpoint
@@ -151,9 +153,7 @@ def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_ou
         rec["uv"][0, :n, 0].numpy(),
         rec["mask"][0, :n, 0].numpy(),
     )
-    if json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_out).write_text(json.dumps(report, indent=2))
+    write_json_report(report, json_out or None)
     if picture_out:
         frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
         Path(picture_out).parent.mkdir(parents=True, exist_ok=True)

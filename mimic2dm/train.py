@@ -9,15 +9,24 @@ are built in-process or in Ray actors (:mod:`mimic2dm.rl.vecenv`), and the PPO a
 ``resume=RUN_DIR`` continues a run from ``RUN_DIR/checkpoints/last.pt`` with its saved
 config; ``key=value`` overrides given with it (e.g. ``train.max_epochs=400``) apply on
 top, config groups cannot change. :func:`train` is the same thing as a function.
+
+Ctrl-C (SIGINT) during training ends the run at the end of the current epoch with a final
+checkpoint and ``summary.json`` (``"interrupted": true``), and the app exits with 130
+(``resume=RUN_DIR`` continues from there); a second Ctrl-C stops at once, leaving the
+last checkpoint written before it. rl-games' prints go to the run's log, not the console.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
+import signal
+import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import hydra
@@ -137,7 +146,7 @@ def _summary(agent, observer, run_dir: Path, wall: float, resumed_from) -> dict:
         "actor_restarts": int(sum(h.get("ray/actor_restarts", 0) for h in observer.history)),
         "last_checkpoint": str(ck / "last.pt") if (ck / "last.pt").is_file() else None,
         "best_checkpoint": str(ck / "best.pt") if (ck / "best.pt").is_file() else None,
-        "history": observer.history,
+        "interrupted": bool(agent.stop_requested), "history": observer.history,
     }  # fmt: skip
 
 
@@ -157,18 +166,19 @@ def train(
         means of the last epochs (episode length / return, reward, samples/s),
         checkpoints, per-epoch history.
     """
-    from mimic2dm.rl.config import env_spec_from_cfg, ray_config, train_config
+    from mimic2dm.rl.config import env_spec_from_cfg, validate_config
     from mimic2dm.rl.data import prepare_data
     from mimic2dm.rl.observer import TrackerObserver
     from mimic2dm.rl.vecenv import make_vecenv
     from mimic2dm.utils.checkpoint import load_checkpoint, seed_everything
+    from mimic2dm.utils.reporting import library_output_to_log
     from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
 
     cfg = effective_config(cfg, resume_overrides)
     if not cfg.get("run_dir"):
         raise ValueError("train(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
     run_dir = Path(str(cfg.run_dir)).resolve()
-    tc, rc = train_config(cfg), ray_config(cfg)
+    tc, rc = validate_config(cfg)  # before anything is written: bad values leave no run dir
     ckpt = _resume_checkpoint(cfg)
     seed_everything(int(cfg.seed))
     save_resolved_config(cfg, run_dir)
@@ -186,12 +196,14 @@ def train(
     vec_env = None
     t0 = time.perf_counter()
     try:
-        vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir)
-        agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
-        if ckpt is not None:
-            agent.restore(str(ckpt))
-        if agent.epoch_num < tc.max_epochs:
-            agent.train()
+        with library_output_to_log("rl_games"):  # its set-up and end-of-run prints
+            vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir)
+            agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
+            if ckpt is not None:
+                agent.restore(str(ckpt))
+            if agent.epoch_num < tc.max_epochs:
+                with _stop_on_sigint(agent):
+                    agent.train()
     finally:
         observer.close()
         logger.close()
@@ -206,12 +218,69 @@ def train(
         summary["frames"],
         summary["episode_length"],
     )
+    if summary["interrupted"]:
+        log.warning("interrupted at epoch %d; checkpoint %s; continue with resume=%s",
+                    summary["epochs"], summary["last_checkpoint"], run_dir)  # fmt: skip
     return summary
+
+
+@contextlib.contextmanager
+def _stop_on_sigint(agent) -> Iterator[None]:
+    """First Ctrl-C: finish the epoch, save and stop (:meth:`TrackerAgent.request_stop`);
+    a second one raises ``KeyboardInterrupt`` at once. Only the main thread can do this."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame) -> None:
+        if agent.stop_requested:
+            raise KeyboardInterrupt
+        agent.request_stop()
+        log.warning("Ctrl-C: stopping when epoch %d is complete, with a checkpoint (Ctrl-C again: "
+                    "stop now, without one)", agent.epoch_num)  # fmt: skip
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _new_dirs(hc, cfg: DictConfig) -> list[Path]:
+    """Directories this invocation creates: Hydra's output dir (holding only ``.hydra`` and its
+    log so far), ``run_dir`` when it does not exist yet, and a multirun's sweep dir. A resumed
+    run creates none."""
+    if cfg.get("resume"):
+        return []
+    out = []
+    for d in {Path(hc.runtime.output_dir).resolve(), Path(str(cfg.run_dir)).resolve()}:
+        if not d.exists() or all(p.name == ".hydra" or p.suffix == ".log" for p in d.iterdir()):
+            out.append(d)
+    if hc.mode.name == "MULTIRUN":
+        out.append(Path(hc.sweep.dir).resolve())
+    return out
+
+
+def _remove_new_dirs(dirs: list[Path]) -> None:
+    """Remove the run dirs of a run that failed validation (a sweep dir only once it is empty
+    but for Hydra's ``multirun.yaml``)."""
+    import shutil
+
+    for d in dirs:
+        if d.is_dir() and {p.name for p in d.iterdir()} <= {"multirun.yaml"}:
+            shutil.rmtree(d, ignore_errors=True)
+        elif d.is_dir() and not (d / "multirun.yaml").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="tracker")
 def _app(cfg: DictConfig) -> float | None:
+    import sys
+
     from hydra.core.hydra_config import HydraConfig
+
+    from mimic2dm.motion.format import MotionFormatError
+    from mimic2dm.utils.validate import ConfigError, full_errors
 
     hc = HydraConfig.get()
     overrides = (
@@ -219,13 +288,40 @@ def _app(cfg: DictConfig) -> float | None:
     )
     if not cfg.get("run_dir"):
         cfg.run_dir = hc.runtime.output_dir
-    summary = train(cfg, resume_overrides=overrides)
-    return summary["episode_return"]
+    new_dirs = _new_dirs(hc, cfg)
+    try:
+        summary = train(cfg, resume_overrides=overrides)
+    except (ConfigError, MotionFormatError) as e:
+        # a config or clip that fails validation: one line, exit 1, no run dir left behind
+        _remove_new_dirs(sorted(new_dirs, key=lambda d: -len(d.parts)))  # job dirs before sweep
+        if full_errors():
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    if summary["interrupted"]:
+        raise SystemExit(130)  # 128 + SIGINT: what a shell reports for a job stopped by Ctrl-C
+    return objective_value(summary, str(cfg.get("objective") or "episode/return"))
+
+
+def objective_value(summary: dict, key: str) -> float | None:
+    """The run's value for sweepers (Optuna): the last logged ``key`` of the per-epoch history
+    (``eval/...`` keys exist only at evaluation epochs, every ``logger.video_every``)."""
+    for h in reversed(summary["history"]):
+        if key in h:
+            return float(h[key])
+    log.warning("objective=%s was never logged in %s (eval/* needs logger.video_every > 0 "
+                "dividing train.max_epochs): returning None", key, summary["run_dir"])  # fmt: skip
+    return None
 
 
 def main() -> None:
     """Console entry point ``mimic2dm-train``."""
-    _app()
+    try:
+        _app()
+    except KeyboardInterrupt:
+        # Ctrl-C before training started, or a second one: no traceback, the usual status
+        print("interrupted", file=sys.stderr, flush=True)
+        raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
 """Shared test set-up.
 
-``import mimic2dm`` first: it picks MuJoCo's offscreen GL backend (OSMesa on headless
-machines), which MuJoCo reads once, when any test module first imports it.
+MuJoCo binds its offscreen GL back-end when it is first imported, so the back-end is
+picked here, before any test module imports mujoco, by the probe the code itself uses
+(:func:`mimic2dm.render.gl_backend`: OSMesa, EGL, then GLFW, each tried in a child
+process); the choice goes to ``MUJOCO_GL`` for this process and those the tests start.
+Tests that need a rendered video take the ``gl_backend`` fixture: it skips them, with the
+reason, where no back-end works.
 """
 
 import os
@@ -9,10 +13,21 @@ import os
 import pytest
 import torch
 
-import mimic2dm  # noqa: F401
+from mimic2dm.render import gl_backend as probe_gl_backend
+from mimic2dm.render import no_gl_message
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+probe_gl_backend()
+
+
+@pytest.fixture
+def gl_backend() -> str:
+    """The GL back-end videos render with; skips the test where none works."""
+    backend = probe_gl_backend()
+    if backend is None:
+        pytest.skip(f"no video: {no_gl_message()}")
+    return backend
 
 
 @pytest.fixture(scope="module")

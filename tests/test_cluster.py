@@ -31,3 +31,43 @@ def test_training_joins_an_existing_ray_cluster_by_address(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["epochs"] == 2 and summary["actor_restarts"] == 0
     assert (run / "config.yaml").read_text().count("address: 127.0.0.1:") == 1
+
+
+def test_ray_up_config_passes_rays_schema():
+    import yaml
+    from ray.autoscaler._private.util import prepare_config, validate_config
+
+    cfg = yaml.safe_load((ROOT / "cluster" / "ray_aws.yaml").read_text())
+    validate_config(prepare_config(cfg))  # raises jsonschema.ValidationError on a bad field
+    head = cfg["available_node_types"]["head"]
+    assert cfg["provider"]["type"] == "aws" and head["resources"] == {"CPU": 0}
+    assert "-v /mnt/shared:/mnt/shared" in cfg["docker"]["run_options"]
+    assert "/mnt/shared" in " ".join(cfg["initialization_commands"])
+
+
+def test_kuberay_rayjob_mounts_the_run_dir_on_every_pod():
+    import ray
+    import yaml
+
+    job, pvc = yaml.safe_load_all((ROOT / "cluster" / "kuberay_rayjob.yaml").read_text())
+    assert job["kind"] == "RayJob" and pvc["kind"] == "PersistentVolumeClaim"
+    spec = job["spec"]
+    assert spec["rayClusterSpec"]["rayVersion"] == ray.__version__
+    entry = spec["entrypoint"].split()
+    assert "mimic2dm-train" in entry and "ray=local" in entry
+    run_dir = next(a.split("=", 1)[1] for a in entry if a.startswith("run_dir="))
+    pods = [spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]]
+    pods += [g["template"]["spec"] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    for pod in pods:
+        claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]}
+        mounts = [(m["name"], m["mountPath"]) for c in pod["containers"] for m in c["volumeMounts"]]
+        assert any(run_dir.startswith(path + "/") and claims[name] == pvc["metadata"]["name"]
+                   for name, path in mounts), f"run dir {run_dir} not on the shared volume of {pod}"  # fmt: skip
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
+def test_slurm_script_parses_and_passes_its_arguments_to_training():
+    script = ROOT / "cluster" / "slurm_ray.sbatch"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    assert "--dashboard-host=0.0.0.0" in text and 'train.num_envs=$(( actors * 64 )) "$@"' in text

@@ -15,7 +15,13 @@ from typer.testing import CliRunner
 
 from mimic2dm.geometry.camera import Camera
 from mimic2dm.motion.cli import app
-from mimic2dm.motion.format import load_motion2d, load_motion3d, save_motion2d
+from mimic2dm.motion.format import (
+    MIN_CONTROL_FRAMES,
+    control_frames,
+    load_motion2d,
+    load_motion3d,
+    save_motion2d,
+)
 from mimic2dm.motion.synth import NOISE_CONF_SCALE, project_view, resample, synthesize_views
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
@@ -160,6 +166,10 @@ def test_synth_bad_inputs(tmp_path: Path):
     res = invoke("synth", tmp_path / "missing.npz", "--out", tmp_path / "o.npz")
     assert res.exit_code == 1 and "missing.npz" in res.output
     assert not (tmp_path / "out.npz").exists()
+    # 2.6 s at 0.1 fps is a single frame: refused (with the minimum), nothing written
+    res, out = synth(tmp_path, "cmu_walk.npz", "humanoid", "--fps", "0.1", name="slow.npz")
+    assert res.exit_code == 1 and not out.exists()
+    assert f"expected >= {MIN_CONTROL_FRAMES} frames at 30 Hz" in res.output
 
 
 def test_points_behind_camera_get_zero_confidence():
@@ -260,6 +270,36 @@ def test_check_reports_corruptions(data, valid_clip: Path):
         res = invoke("check", path)
     assert res.exit_code == 1
     assert f"{path}: field '{field}'" in res.output and "expected" in res.output
+
+
+def test_check_refuses_clips_too_short_or_fully_masked(tmp_path: Path):
+    kp = np.zeros((2, 17, 3))
+    kp[..., 2] = np.linspace(0.1, 1.7, 17)
+    short = tmp_path / "short.npz"
+    save_motion2d(synthesize_views(kp, "coco17", 30, num_views=1, seed=0), short)
+    res = invoke("check", short)
+    assert res.exit_code == 1 and "0/1 file(s) valid" in res.output
+    assert (
+        f"{short}: field 'keypoints' has 2 frame(s) at 30 fps = 2 frame(s) at the 30 Hz control "
+        f"rate, expected >= {MIN_CONTROL_FRAMES} frames at 30 Hz" in res.output
+    )
+    # at a 60 Hz control rate the same clip resamples to 3 frames: long enough
+    assert invoke("check", short, "--control-hz", "60").exit_code == 0
+    m = synthesize_views(np.repeat(kp, 4, axis=0), "coco17", 30, num_views=2, seed=0)
+    m.confidence[1] = 0.1  # view 1: every keypoint below the 0.3 threshold
+    masked = tmp_path / "masked.npz"
+    save_motion2d(m, masked)
+    res = invoke("check", masked)
+    assert (
+        res.exit_code == 1
+        and f"{masked}: field 'confidence' masks every keypoint of view(s) [1]" in res.output
+    )
+    assert invoke("check", masked, "--threshold", "0.05").exit_code == 0
+    assert (
+        control_frames(2, 30, 60) == 3
+        and control_frames(8, 30, 15) == 4
+        and control_frames(1, 5, 30) == 1
+    )
 
 
 # ----------------------------------------------------------------------------- import / demo

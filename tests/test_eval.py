@@ -40,10 +40,10 @@ def test_sequences_cover_every_view(two_view_clip):
         sequences(lib, 3)
 
 
-def test_evaluate_writes_report_picture_and_video(two_view_clip, tmp_path):
+def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
     out = tmp_path / "eval"
     rep = evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], views=1,
-                   json_out=out / "eval.json", picture_out=out / "overlay.png", video_out=out / "rollout.mp4")  # fmt: skip
+                   json_out=out / "eval.json", picture_out=out / "overlay.png")  # fmt: skip
     assert len(rep["sequences"]) == 2
     for s in rep["sequences"]:
         assert s["error_2d_px"] > 0 and s["max_error_2d_px"] >= s["error_2d_px"]
@@ -51,8 +51,12 @@ def test_evaluate_writes_report_picture_and_video(two_view_clip, tmp_path):
         assert s["mpjpe_mm"] > 0 and s["jitter"] >= 0
     assert json.loads((out / "eval.json").read_text())["success_rate"] == rep["success_rate"]
     assert (out / "overlay.png").stat().st_size > 1000
-    # .ci/run installs OSMesa, so a missing video here is a real failure
-    assert (out / "rollout.mp4").stat().st_size > 1000
+
+
+def test_evaluate_writes_video(two_view_clip, tmp_path, gl_backend):
+    video = tmp_path / "rollout.mp4"
+    evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], video_out=video)
+    assert video.stat().st_size > 1000
 
 
 def test_multi_view_evaluation_runs(two_view_clip):

@@ -2,21 +2,18 @@
 
 import json
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from generator_helpers import MOCAP, needs_mocap
 from mimic2dm.generators import train_fid, train_generator, train_tokenizer
 from mimic2dm.generators.runs import CONF_DIR
 from typer.testing import CliRunner
 
 from mimic2dm.motion.format import load_motion2d
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
-pytestmark = pytest.mark.skipif(
-    not (MOCAP / "cmu_walk.npz").is_file(), reason=f"CMU clips not found in {MOCAP}"
-)
-TINY = ["train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "train.warmup_steps=2"]
+pytestmark = needs_mocap
+TINY = ["train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "optim.warmup_steps=2"]
 TINY_EVAL = ["eval.num_samples=16", "eval.real_windows=64", "eval.val_windows=64"]
 
 
@@ -106,7 +103,7 @@ def test_apps_write_runs_with_config_checkpoints_logs_and_metrics(trained):
 ])  # fmt: skip
 def test_resume_is_exact(app, extra, data_args, tmp_path):
     """N steps straight == N/2 steps, then resume=RUN_DIR to N: same weights, optimiser and counters."""
-    base = [*data_args, *extra, "train.eval_every=2", "train.ckpt_every=0", "train.warmup_steps=2"]
+    base = [*data_args, *extra, "train.eval_every=2", "train.ckpt_every=0", "optim.warmup_steps=2"]
     run_main(app, [*base, f"run_dir={tmp_path / 'straight'}", "train.max_steps=6"])
     run_main(app, [*base, f"run_dir={tmp_path / 'split'}", "train.max_steps=3"])
     run_main(app, [*base, f"resume={tmp_path / 'split'}", "train.max_steps=6"])
@@ -184,3 +181,90 @@ def test_bench_generate_reports_frames_per_second(trained, tmp_path):
     out = CliRunner().invoke(app, ["--frames", "64", "--json", str(tmp_path / "b.json")])
     assert out.exit_code == 0 and "frames/s" in out.output and "x real time at 30 fps" in out.output
     assert json.loads((tmp_path / "b.json").read_text())["frames"] >= 64
+
+
+def _old_format_checkpoint(run_dir, model_type: str, model_name: str, model, optimizer, like: dict):
+    """A generator checkpoint in the format of the code before the optimiser schema and the
+    model-type registry (commit d414f41): ``runs.save``'s entries, ``train_generator``'s extra
+    and ``CheckpointManager``'s ``step`` / ``best_metric``, in ``RUN/checkpoints/last.pt``."""
+    from dataclasses import asdict
+
+    from mimic2dm.utils.checkpoint import rng_state
+
+    state = {"kind": "mimic2dm.generator", "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "sampler_rng": torch.Generator().manual_seed(0).get_state(), "rng": rng_state(),
+             "model_type": model_type, "model_name": model_name, "model_config": asdict(model.config),
+             "stats": like["stats"], "tokenizer": like["tokenizer"], "data": like["data"], "step": 4,
+             "best_metric": None}  # fmt: skip
+    (run_dir / "checkpoints").mkdir(parents=True)
+    torch.save(state, run_dir / "checkpoints" / "last.pt")
+    return state
+
+
+def _one_old_step(model, optimizer) -> None:
+    """One optimiser step so that the optimiser state (Adam moments) is not empty."""
+    loss = sum((p.float() ** 2).sum() for p in model.parameters())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_checkpoints_in_the_previous_format_sample_and_resume(trained, data_args, tmp_path):
+    """Checkpoints as the code before the registry wrote them (optimisers built its way) still load,
+    sample the same motion as their weights give, and resume through the app."""
+    from mimic2dm.generators.diffusion import Diffusion, DiffusionConfig
+    from mimic2dm.generators.gpt import GPT, GPTConfig
+    from mimic2dm.generators.sample import load_generator, sample_motion
+
+    gpt_like = torch.load(trained["gpt"] / "checkpoints/last.pt", weights_only=False)
+    gpt = GPT(GPTConfig(**gpt_like["model_config"]))
+    opt = gpt.configure_optimizers(5e-4, 0.01)  # the old GPTJob.optimizer
+    _one_old_step(gpt, opt)
+    _old_format_checkpoint(tmp_path / "gpt", "gpt", "gpt", gpt, opt, gpt_like)
+    diff_like = torch.load(trained["diff"] / "checkpoints/last.pt", weights_only=False)
+    diff = Diffusion(DiffusionConfig(**diff_like["model_config"]))
+    opt = torch.optim.AdamW(diff.parameters(), lr=5e-4, weight_decay=0.01)  # the old DiffusionJob's
+    _one_old_step(diff, opt)
+    _old_format_checkpoint(tmp_path / "diff", "diffusion", "diffusion", diff, opt, diff_like)
+
+    g = load_generator(tmp_path / "gpt")
+    assert g.model_type == "gpt" and g.num_views == 1 and g.tokenizer is not None
+    assert all(torch.equal(v, gpt.state_dict()[k]) for k, v in g.model.state_dict().items())
+    m = sample_motion(tmp_path / "gpt", 20, "walk", tmp_path / "g.npz", seed=1)
+    assert m.keypoints.shape == (1, 20, 17, 2)
+    d = load_generator(tmp_path / "diff")
+    assert d.model_type == "diffusion" and d.num_views == 1 and d.tokenizer is None
+    assert sample_motion(tmp_path / "diff", 12, "run", tmp_path / "d.npz", seed=1).num_frames == 12
+
+    run_main(train_generator, [*data_args, *TINY_EVAL, f"resume={tmp_path / 'diff'}", "model=diffusion", "model.num_steps=8",
+                               "train.max_steps=6", "train.eval_every=2", "optim.warmup_steps=2"])  # fmt: skip
+    run_main(train_generator, [*data_args, *TINY_EVAL, f"resume={tmp_path / 'gpt'}", "model=gpt",
+                               f"tokenizer={trained['tok']}", "train.max_steps=6", "train.eval_every=2",
+                               "optim.warmup_steps=2"])  # fmt: skip
+    for name, betas in (("diff", (0.9, 0.999)), ("gpt", (0.9, 0.95))):
+        after = torch.load(tmp_path / name / "checkpoints/last.pt", weights_only=False)
+        assert (
+            after["step"] == 6
+            and json.loads((tmp_path / name / "metrics.json").read_text())["step"] == 6
+        )
+        assert all(grp["betas"] == betas for grp in after["optimizer"]["param_groups"]), name
+        assert after["model_type"] == ("gpt" if name == "gpt" else "diffusion")
+
+
+def test_sample_options_out_of_range_fail_in_one_line(trained, tmp_path):
+    from mimic2dm.generators.sample import app
+
+    for args, msg in [
+        (["--top-k", "-5"], "--top-k=-5: expected an integer >= 0"),
+        (["--temperature", "-1"], "--temperature=-1.0: expected a number >= 0"),
+        (["--seed", "-2"], "--seed=-2: expected an integer >= 0"),
+    ]:
+        out = tmp_path / "x.npz"
+        r = CliRunner().invoke(
+            app, [str(trained["gpt"]), "--frames", "8", "--out", str(out), *args]
+        )
+        assert r.exit_code == 1 and r.output.strip() == f"error: {msg}", r.output
+        assert "Traceback" not in r.output and not out.exists()
+    r = CliRunner().invoke(app, [str(trained["gpt"]), "--frames", "8", "--top-k", "3", "--temperature", "0.5",
+                                 "--out", str(tmp_path / "ok.npz")])  # fmt: skip
+    assert r.exit_code == 0, r.output

@@ -1,11 +1,11 @@
 """Generators' data: view-dataset builder, canonical windows, masks, statistics, G^-1."""
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from generator_helpers import MOCAP, build_views, needs_mocap
 from mimic2dm.generators.data import (
     ViewDatasetSpec,
     WindowSampler,
@@ -20,10 +20,7 @@ from mimic2dm.generators.data import (
 from mimic2dm.motion.format import Motion2D, MotionFormatError, load_motion2d, save_motion2d
 from mimic2dm.motion.synth import root_trajectory
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
-pytestmark = pytest.mark.skipif(
-    not (MOCAP / "cmu_walk.npz").is_file(), reason=f"CMU clips not found in {MOCAP}"
-)
+pytestmark = needs_mocap
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -33,9 +30,7 @@ def _one_thread(one_torch_thread):
 
 @pytest.fixture(scope="module")
 def views(tmp_path_factory):
-    out = tmp_path_factory.mktemp("views")
-    spec = ViewDatasetSpec(clips=("cmu_walk", "cmu_run"), pairs=2, seed=3, drop_prob=0.2)
-    return out, spec, build_view_dataset(out, spec, MOCAP)
+    return build_views(tmp_path_factory, pairs=2, seed=3, drop_prob=0.2)
 
 
 def test_builder_writes_orthogonal_labelled_pairs(views):

@@ -1,12 +1,12 @@
 """Generator models with real torch: VQ-VAE, GPT (toy languages, streaming), diffusion, FID."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from mimic2dm.generators.data import ViewDatasetSpec, WindowSampler, build_view_dataset, load_clips
+from generator_helpers import build_views, needs_mocap
+from mimic2dm.generators.data import WindowSampler, load_clips
 from mimic2dm.generators.diffusion import Diffusion, DiffusionConfig
 from mimic2dm.generators.fid import (
     FIDConfig,
@@ -23,11 +23,6 @@ from mimic2dm.generators.fid import (
 from mimic2dm.generators.gpt import GPT, GPTConfig, TokenStream
 from mimic2dm.generators.vqvae import VQVAE, EMAQuantizer, VQVAEConfig, evaluate_tokenizer
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
-needs_mocap = pytest.mark.skipif(
-    not (MOCAP / "cmu_walk.npz").is_file(), reason=f"CMU clips not found in {MOCAP}"
-)
-
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread(one_torch_thread):
@@ -37,10 +32,7 @@ def _one_thread(one_torch_thread):
 @pytest.fixture(scope="module")
 def real_set(tmp_path_factory):
     """Walk and run clips, one orthogonal view pair each (4 views, 30 fps): a small real set."""
-    if not (MOCAP / "cmu_walk.npz").is_file():
-        pytest.skip(f"CMU clips not found in {MOCAP}")
-    out = tmp_path_factory.mktemp("real")
-    build_view_dataset(out, ViewDatasetSpec(clips=("cmu_walk", "cmu_run"), pairs=1, seed=0), MOCAP)
+    out, _, _ = build_views(tmp_path_factory, "real", pairs=1, seed=0)
     clips = load_clips(out)
     return clips, clips.compute_stats()
 

@@ -2,8 +2,16 @@
 
 import pytest
 
-from mimic2dm.rl.config import env_spec_from_cfg, ray_config, rl_games_params, train_config
+from mimic2dm.rl.config import (
+    env_spec_from_cfg,
+    minibatch_size,
+    ray_config,
+    rl_games_params,
+    train_config,
+    validate_config,
+)
 from mimic2dm.train import compose_config
+from mimic2dm.utils.validate import ConfigError
 
 LAYOUT = {"prop": 140, "view": 140, "views": 1}
 
@@ -31,11 +39,72 @@ def test_rl_games_params_and_defaults():
 
 
 def test_bad_keys_and_sizes_are_named():
-    with pytest.raises(ValueError, match="'train'"):
+    with pytest.raises(ConfigError, match="^train.learning_rat=0.001: expected a known key"):
         train_config(compose_config(["+train.learning_rat=1e-3"]))
-    with pytest.raises(ValueError, match="'task': unknown keys \\['tau_trm'\\]"):
+    with pytest.raises(ConfigError, match="^task.tau_trm=0.2: expected a known key"):
         env_spec_from_cfg(compose_config(["+task.tau_trm=0.2"]), ["a.npz"])
-    with pytest.raises(ValueError, match="minibatch_size=500 must divide"):
+    with pytest.raises(
+        ConfigError, match="train.minibatch_size=500: expected a divisor of .* = 2048"
+    ):
         rl_games_params(
             train_config(compose_config(["train.minibatch_size=500"])), LAYOUT, 64, 0, "/tmp/r"
         )
+
+
+def test_minibatch_larger_than_the_batch_is_clamped(caplog):
+    tc = train_config(compose_config(["train.num_envs=8"]))  # batch 32 x 8 = 256 < 512
+    with caplog.at_level("INFO", logger="mimic2dm.rl.config"):
+        c = rl_games_params(tc, LAYOUT, 8, 0, "/tmp/r")["config"]
+    assert c["minibatch_size"] == 256 and "using minibatches of 256" in caplog.text
+    assert minibatch_size(tc, 64) == 512  # a batch of 2048 keeps the configured minibatch
+    with pytest.raises(
+        ConfigError, match="train.minibatch_size=512: expected a divisor of .* 32 x 24 = 768"
+    ):
+        minibatch_size(tc, 24)  # 768 is not a multiple of 512
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.learning_rate=-1", "train.learning_rate=-1.0: expected a number > 0"),
+        ("train.gamma=2.0", "train.gamma=2.0: expected a number with 0 < x <= 1"),
+        ("train.tau=-0.1", "train.tau=-0.1: expected a number with 0 <= x <= 1"),
+        ("train.mini_epochs=0", "train.mini_epochs=0: expected an integer >= 1"),
+        (
+            "train.network.head_units=[32,0]",
+            "train.network.head_units\\[1\\]=0: expected an integer >= 1",
+        ),
+        ("train.network.activation=relux", "expected one of relu, tanh"),
+        ("train.learning_rate=fast", "train.learning_rate='fast': expected a valid value"),
+        ("engine.physics_hz=0", "engine.physics_hz=0.0: expected a number > 0"),
+        (
+            "engine.control_hz=45",
+            "engine.physics_hz=60.0: expected a whole multiple .*control_hz=45",
+        ),
+        ("engine.num_threads=-1", "engine.num_threads=-1: expected an integer >= 0"),
+        ("logger.log_every=0", "logger.log_every=0: expected an integer >= 1"),
+        ("ray=local ray.num_actors=0", "ray.num_actors=0: expected an integer >= 1"),
+        ("ray=local train.num_envs=7", "train.num_envs=7: expected a multiple of ray.num_actors=2"),
+        ("task.num_views=0", "task.num_views=0: expected an integer >= 1"),
+        ("task.asi.temperature=-1", "task.asi.temperature=-1.0: expected a number > 0"),
+        ("task.reward.alpha_pos=0", "task.reward.alpha_pos=0.0: expected a number > 0"),
+        ("task.view_mode=photo", "task.view_mode='photo': expected one of clip, virtual, mixed"),
+        ("task.camera.focal_range=[900,100]", "task.camera.focal_range\\[1\\]=100.0: expected"),
+        ("data=files", "data.clips=\\[\\]: expected at least one"),
+    ],
+)
+def test_out_of_range_values_are_named_with_their_range(override, message):
+    cfg = compose_config(override.split())
+    with pytest.raises(ConfigError, match=message):
+        validate_config(cfg)
+
+
+def test_devices_that_do_not_exist_are_refused():
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="train.device='cuda': expected cpu .*no CUDA GPU"):
+            validate_config(compose_config(["train.device=cuda"]))
+    with pytest.raises(ConfigError, match="train.device='gpu0'"):
+        validate_config(compose_config(["train.device=gpu0"]))
+    assert validate_config(compose_config(["train.device=cpu"]))[0].device == "cpu"

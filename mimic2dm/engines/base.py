@@ -136,6 +136,37 @@ def substeps_for(control_dt: float, physics_dt: float) -> int:
     return n
 
 
+@dataclass
+class EngineConfig:
+    """Engine options of the Hydra group ``engine`` (checked on construction).
+
+    Attributes:
+        name: registered engine (``mujoco``).
+        num_threads: simulation threads of an in-process engine (0: all cores).
+        physics_hz: simulation rate (> 0); a whole multiple (>= 1) of ``control_hz``.
+        control_hz: policy rate (> 0).
+    """
+
+    name: str = "mujoco"
+    num_threads: int = 1
+    physics_hz: float = 60.0
+    control_hz: float = 30.0
+
+    def __post_init__(self) -> None:
+        from mimic2dm.engines import engine_names
+        from mimic2dm.utils.validate import ConfigError, check, check_choice
+
+        check_choice("engine.name", self.name, engine_names())
+        check("engine.num_threads", self.num_threads, ge=0, integer=True)
+        check("engine.physics_hz", self.physics_hz, gt=0)
+        check("engine.control_hz", self.control_hz, gt=0)
+        try:
+            substeps_for(1.0 / self.control_hz, 1.0 / self.physics_hz)
+        except ValueError:
+            raise ConfigError("engine.physics_hz", self.physics_hz,
+                              f"a whole multiple (>= 1) of engine.control_hz={self.control_hz:g}") from None  # fmt: skip
+
+
 def resolve_character(character: str | CharacterSpec) -> CharacterSpec:
     """A :class:`CharacterSpec` from a registry name or a spec.
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    human_console,
+    library_output_to_log,
+    write_json_report,
+)
 
 app = typer.Typer(
     help="Benchmarks (ratios against baselines measured in the same run).", no_args_is_help=True
@@ -47,13 +50,14 @@ def engine(
     seconds: float = typer.Option(2.0, help="Timed seconds per measurement (three measurements)."),
     threads: int = typer.Option(0, help="Worker threads; 0 = all cores available."),
     ball: bool = typer.Option(False, help="Add a ball to the scene."),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+    json_out: JsonOption = None,
 ) -> None:
     """Measure MuJoCo engine env-steps/s against raw rollout and a single-env loop."""
     from mimic2dm.engines.bench import bench_engine
 
-    result = bench_engine(character, num_envs, seconds, threads or None, ("ball",) if ball else ())
-    Console().print(_table(result))
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    with library_output_to_log("bench"):
+        result = bench_engine(
+            character, num_envs, seconds, threads or None, ("ball",) if ball else ()
+        )
+    human_console(json_out).print(_table(result))
+    write_json_report(result, json_out)

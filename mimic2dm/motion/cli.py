@@ -1,10 +1,11 @@
 """``mimic2dm data ...``: make, import and check motion files.
 
 Commands:
-- ``synth``: project a 3D clip through virtual cameras into a 2D clip (with 3D GT).
+- ``synth``: project a 3D clip through virtual cameras into a 2D clip (with 3D GT);
+  ``--loops`` / ``--seconds`` repeat its gait cycle first.
 - ``check``: validate 2D/3D motion files and print a summary table.
 - ``import-json``: COCO / mmpose keypoint JSON -> 2D clip.
-- ``import-aist``: one AIST++ sequence -> multi-view 2D clip.
+- ``import-aist``: one AIST++ sequence, or a split (one file each), -> 2D clips.
 - ``demo``: write the built-in demo clip (no external data needed).
 
 Exit codes: 0 success, 1 invalid input (message names file, field, expectation),
@@ -22,7 +23,9 @@ from rich.table import Table
 
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
+    DEFAULT_CONTROL_HZ,
     MotionFormatError,
+    check_trackable,
     load_motion2d,
     load_motion3d,
     read_kind,
@@ -84,8 +87,19 @@ def synth(
     label: Annotated[
         list[str] | None, typer.Option(help="Per-clip label KEY=VALUE (repeatable).")
     ] = None,
+    loops: Annotated[
+        int | None,
+        typer.Option(min=1, help="Repeat the clip's gait cycle N times (root motion carried on)."),
+    ] = None,
+    seconds: Annotated[
+        float | None, typer.Option(help="Loop the clip's gait cycle until it lasts T seconds.")
+    ] = None,
 ) -> None:
-    """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras)."""
+    """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras).
+
+    With ``--loops`` or ``--seconds`` the clip's gait cycle is repeated first, each loop
+    starting where the previous one ended (heading included), seams blended.
+    """
     from mimic2dm.geometry.virtual import CAMERA_MODES
     from mimic2dm.motion.loaders import load_mocap_keypoints
     from mimic2dm.motion.synth import resample, synthesize_views
@@ -100,6 +114,10 @@ def synth(
         )
     if fps is not None and fps <= 0:
         raise typer.BadParameter("must be > 0", param_hint="--fps")
+    if loops is not None and seconds is not None:
+        raise typer.BadParameter("give --loops or --seconds, not both", param_hint="--seconds")
+    if seconds is not None and not seconds > 0:
+        raise typer.BadParameter("must be > 0", param_hint="--seconds")
     labels = _parse_labels(label or [])
     try:
         clip = load_mocap_keypoints(mocap)
@@ -112,10 +130,20 @@ def synth(
         )
         raise typer.Exit(1)
     kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
+    meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
+    if loops is not None or seconds is not None:
+        from mimic2dm.motion.looping import loop_keypoints
+
+        try:
+            kp, obj, meta["loop"] = loop_keypoints(
+                kp, clip.keypoint_set, rate, loops=loops, seconds=seconds, object3d=obj
+            )
+        except ValueError as e:
+            _error(f"{mocap}: {e}")
+            raise typer.Exit(1) from None
     if fps is not None:
         kp, rate = resample(kp, clip.fps, fps), fps
         obj = None if obj is None else resample(obj, clip.fps, fps)
-    meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
     m = synthesize_views(
         kp,
         clip.keypoint_set,
@@ -129,6 +157,11 @@ def synth(
         labels=labels,
         meta=meta,
     )
+    try:  # e.g. --fps 0.1 on a short clip leaves a single frame: nothing to track
+        check_trackable(m, out)
+    except MotionFormatError as e:
+        _error(f"{e} (not written; use a higher --fps or a longer clip)")
+        raise typer.Exit(1) from None
     save_motion2d(m, out)
     _console().print(
         f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
@@ -138,10 +171,11 @@ def synth(
     )
 
 
-def _row(path: Path, threshold: float) -> list[str]:
-    """Summary cells of one valid file (raises MotionFormatError otherwise)."""
+def _row(path: Path, threshold: float, control_hz: float) -> list[str]:
+    """Summary cells of one valid, trackable file (raises MotionFormatError otherwise)."""
     if read_kind(path) == "motion3d":
         m3 = load_motion3d(path)
+        check_trackable(m3, path, control_hz)
         kps = m3.keypoint_set or "-"
         obj = "yes" if m3.object_pos is not None else "no"
         return [
@@ -159,6 +193,7 @@ def _row(path: Path, threshold: float) -> list[str]:
             "yes" if m3.keypoints3d is not None else "no",
         ]
     m = load_motion2d(path)
+    check_trackable(m, path, control_hz, threshold)
     s = m.summary()
     masked = 1.0 - float(m.mask(threshold).mean())
     return [
@@ -183,8 +218,18 @@ def check(
     threshold: Annotated[
         float, typer.Option(help="Confidence below which a keypoint is masked.")
     ] = CONFIDENCE_THRESHOLD,
+    control_hz: Annotated[
+        float,
+        typer.Option(
+            min=1e-6, help="Control rate the clips will be tracked at (for the length check)."
+        ),
+    ] = DEFAULT_CONTROL_HZ,
 ) -> None:
-    """Validate motion files and print a summary; exit code 1 if any file is invalid."""
+    """Validate motion files and print a summary; exit code 1 if any file is invalid.
+
+    A clip must also be trackable: long enough at the control rate (the error gives the
+    minimum) and with some observed keypoint in every view.
+    """
     table = Table(title="motion files")
     for col in (
         "file",
@@ -204,7 +249,7 @@ def check(
     failures: list[str] = []
     for path in files:
         try:
-            table.add_row(*_row(path, threshold))
+            table.add_row(*_row(path, threshold, control_hz))
         except MotionFormatError as e:
             failures.append(str(e))
     if table.row_count:
@@ -250,17 +295,50 @@ def import_json(
 
 @app.command("import-aist")
 def import_aist(
-    anno_dir: Annotated[Path, typer.Argument(help="AIST++ annotation folder.")],
-    seq: Annotated[str, typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21.")],
-    out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz).")],
+    anno_dir: Annotated[Path, typer.Argument(help="AIST++ annotation folder (aist_plusplus_final).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="Output 2D clip (.npz); with --split, a folder.")
+    ],
+    seq: Annotated[
+        str | None, typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21.")
+    ] = None,
+    split: Annotated[
+        str | None,
+        typer.Option(help="train | val | test: every sequence of splits/crossmodal_<split>.txt "
+                     "minus ignore_list.txt, one file each."),  # fmt: skip
+    ] = None,
     view: Annotated[
         list[str] | None, typer.Option(help="Camera name to keep (repeatable; default all).")
     ] = None,
+    one_random_view: Annotated[
+        bool, typer.Option(help="Keep one randomly drawn camera view per sequence (in meta).")
+    ] = False,
+    seed: Annotated[int, typer.Option(help="Seed of --one-random-view.")] = 0,
 ) -> None:
-    """Convert one AIST++ sequence (2D keypoints, cameras, 3D keypoints) into a multi-view 2D clip."""
-    from mimic2dm.motion.loaders import load_aist
+    """Convert AIST++ sequences (2D keypoints, cameras, 3D keypoints) into 2D clips.
 
-    _convert(out, load_aist, anno_dir, seq, views=view or None)
+    One sequence (``--seq``) or a whole split (``--split``); all views, ``--view`` ones,
+    or ``--one-random-view``. The 3D keypoints are kept as ground truth for evaluation.
+    """
+    from mimic2dm.motion.aist import SPLITS, import_sequence, import_split
+
+    if (seq is None) == (split is None):
+        raise typer.BadParameter("give --seq or --split (one of them)", param_hint="--seq/--split")
+    if split is not None and split not in SPLITS:
+        raise typer.BadParameter(f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split")
+    if one_random_view and view:
+        raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
+    draw = seed if one_random_view else None
+    if seq is not None:
+        _convert(out, import_sequence, anno_dir, seq, views=view or None, one_view_seed=draw)
+        return
+    try:
+        files = import_split(anno_dir, split, out, one_view_seed=draw, views=view or None)
+    except (MotionFormatError, ValueError, KeyError, OSError) as e:
+        _error(str(e))
+        raise typer.Exit(1) from None
+    how = f"one random view (seed {seed})" if one_random_view else "views " + (",".join(view) if view else "all")
+    _console().print(f"wrote {len(files)} clip(s) of the {split} split to {out}: {how}", markup=False, soft_wrap=True)
 
 
 def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -279,7 +357,7 @@ def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
 def demo(
     out_dir: Annotated[Path, typer.Argument(help="Folder for demo_3d.npz and demo_2d.npz.")],
     seconds: Annotated[float, typer.Option(min=0.5, help="Clip length.")] = 4.0,
-    fps: Annotated[float, typer.Option(help="Frame rate.")] = 30.0,
+    fps: Annotated[float, typer.Option(min=1.0, help="Frame rate.")] = 30.0,
     seed: Annotated[int, typer.Option(help="Camera seed.")] = 0,
 ) -> None:
     """Write the built-in keyframed humanoid demo clip (3D reference + 1-view 2D clip)."""

@@ -36,6 +36,14 @@ CONFIDENCE_THRESHOLD = 0.3
 MEMORY = "<memory>"
 """Source name used in errors about objects that were not read from a file."""
 
+MIN_CONTROL_FRAMES = 3
+"""Fewest frames a clip may have at the control rate to be tracked (trained on or evaluated):
+an episode starts at any frame but the last and must take at least two steps.
+``data check``, training and eval all refuse shorter clips (:func:`check_trackable`)."""
+
+DEFAULT_CONTROL_HZ = 30.0
+"""Control rate ``data check`` assumes (``conf/engine``'s default ``control_hz``)."""
+
 _KIND_NAMES = {"f": "a floating-point", "iu": "an integer", "fiu": "a numeric", "U": "a string"}
 _ROT_TOL = 1e-3
 
@@ -216,6 +224,41 @@ def _check_object(c: _Checker, m: Any) -> None:
         c.finite("object_box", c.array("object_box", m.object_box, ("V", "T", 4)), oc > 0, why)
 
 
+INIT_STATE_FIELDS = (
+    ("init_root_pos", ("T", 3)),
+    ("init_root_quat", ("T", 4)),
+    ("init_root_lin_vel", ("T", 3)),
+    ("init_root_ang_vel", ("T", 3)),
+    ("init_dof_pos", ("T", "J")),
+    ("init_dof_vel", ("T", "J")),
+)
+"""Per-frame initial simulation states written by ``mimic2dm preprocess`` (all or none)."""
+
+
+def _check_estimates(c: _Checker, m: Any) -> None:
+    """``est_keypoints3d`` and the ``init_*`` states (``J`` = the character's DoF count)."""
+    if m.est_keypoints3d is not None:
+        c.finite("est_keypoints3d", c.array("est_keypoints3d", m.est_keypoints3d, ("T", "K", 3)))
+    names = [n for n, _ in INIT_STATE_FIELDS]
+    present = [getattr(m, n) is not None for n in names]
+    if not any(present) and m.init_character is None:
+        return
+    for n, p in zip(names, present, strict=True):
+        if not p:
+            c.fail(n, "is missing", f"all of {', '.join(names)} and init_character together (or none)")
+    from mimic2dm.characters.registry import CHARACTERS, load_character
+
+    valid = ", ".join(CHARACTERS.names())
+    if not isinstance(m.init_character, str) or m.init_character not in CHARACTERS:
+        c.fail("init_character", f"is {m.init_character!r}", f"the character of the initial states: one of {valid}")
+    c.dims["J"] = load_character(m.init_character).num_dof
+    for n, dims in INIT_STATE_FIELDS:
+        c.finite(n, c.array(n, getattr(m, n), dims))
+    norm = np.linalg.norm(m.init_root_quat, axis=-1)
+    if norm.size and np.abs(norm - 1).max() > _ROT_TOL:
+        c.fail("init_root_quat", "has non-unit quaternions", "unit quaternions xyzw")
+
+
 def _check_image_size(c: _Checker, size: Any) -> tuple[int, int]:
     try:
         a = np.asarray(size)
@@ -244,6 +287,14 @@ class Motion2D:
         camera_intrinsics: optional ``[V, F, 4]`` ``(fx, fy, cx, cy)`` pixels.
         keypoints3d: optional ``[T, K, 3]`` world ground truth (metres, z-up).
         object3d: optional ``[T, 3]`` world object position ground truth (metres).
+        est_keypoints3d: optional ``[T, K, 3]`` world keypoints estimated by
+            ``mimic2dm preprocess`` (never ground truth; MPJPE uses ``keypoints3d`` only).
+        init_character: character of the initial states below (registry name).
+        init_root_pos, init_root_lin_vel, init_root_ang_vel: optional ``[T, 3]`` per-frame
+            initial simulation states from preprocessing: root position (m), linear and
+            angular velocity (world frame, m/s, rad/s); init_root_quat: ``[T, 4]`` xyzw;
+            init_dof_pos, init_dof_vel: ``[T, J]`` joint angles (rad) and velocities
+            (rad/s) in the character's ``dof_names`` order. All or none, with init_character.
         labels: per-clip labels, e.g. ``{"skill": "dribble"}``.
         meta: free-form JSON-serialisable dict (``source``, ``random_weights``...).
     """
@@ -261,6 +312,14 @@ class Motion2D:
     camera_intrinsics: np.ndarray | None = None
     keypoints3d: np.ndarray | None = None
     object3d: np.ndarray | None = None
+    est_keypoints3d: np.ndarray | None = None
+    init_character: str | None = None
+    init_root_pos: np.ndarray | None = None
+    init_root_quat: np.ndarray | None = None
+    init_root_lin_vel: np.ndarray | None = None
+    init_root_ang_vel: np.ndarray | None = None
+    init_dof_pos: np.ndarray | None = None
+    init_dof_vel: np.ndarray | None = None
     labels: dict[str, str] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
@@ -283,6 +342,7 @@ class Motion2D:
             c.finite("keypoints3d", c.array("keypoints3d", self.keypoints3d, ("T", "K", 3)))
         if self.object3d is not None:
             c.finite("object3d", c.array("object3d", self.object3d, ("T", 3)))
+        _check_estimates(c, self)
         _check_str_dict(c, "labels", self.labels, values_str=True)
         _check_str_dict(c, "meta", self.meta, values_str=False)
 
@@ -305,6 +365,11 @@ class Motion2D:
     @property
     def has_object(self) -> bool:
         return self.object_confidence is not None
+
+    @property
+    def has_initial_states(self) -> bool:
+        """Per-frame initial simulation states from preprocessing are present."""
+        return self.init_root_pos is not None
 
     def mask(self, threshold: float = CONFIDENCE_THRESHOLD) -> np.ndarray:
         """Observed keypoints ``[V, T, K]`` (bool): confidence >= threshold and finite."""
@@ -363,6 +428,7 @@ class Motion2D:
             "cameras": "none" if not self.has_cameras else ("dynamic" if F > 1 else "static"),
             "object": self.has_object,
             "gt3d": self.keypoints3d is not None,
+            "init_states": self.has_initial_states,
         }
 
 
@@ -499,6 +565,8 @@ def load_motion2d(path: str | os.PathLike) -> Motion2D:
         "labels": _json_field(c, raw, "labels"),
         "meta": _json_field(c, raw, "meta"),
     }
+    if "init_character" in raw:
+        kw["init_character"] = c.scalar("init_character", raw["init_character"], "U")
     for f in fields(Motion2D):
         if f.name not in kw and f.name in raw:
             kw[f.name] = raw[f.name]
@@ -507,6 +575,51 @@ def load_motion2d(path: str | os.PathLike) -> Motion2D:
         setattr(m, f.name, kw.get(f.name))
     m.validate(path)
     return m
+
+
+def control_frames(num_frames: int, fps: float, control_hz: float) -> int:
+    """Frames a clip of ``num_frames`` at ``fps`` has once resampled to ``control_hz``
+    (the count :func:`mimic2dm.motion.synth.resample` produces)."""
+    if num_frames <= 1 or abs(fps - control_hz) <= 1e-6:
+        return int(num_frames)
+    return int(np.floor((num_frames - 1) * control_hz / fps + 1e-9)) + 1
+
+
+def check_trackable(
+    m: Motion2D | Motion3D,
+    source: str | os.PathLike = MEMORY,
+    control_hz: float = DEFAULT_CONTROL_HZ,
+    threshold: float = CONFIDENCE_THRESHOLD,
+) -> None:
+    """Refuse a valid clip that cannot be tracked: too short, or a 2D view with every keypoint masked.
+
+    Args:
+        m: the clip; source: its file (for the message).
+        control_hz: the control rate it will be resampled to.
+        threshold: confidence below which a keypoint is masked.
+
+    Raises:
+        MotionFormatError: fewer than :data:`MIN_CONTROL_FRAMES` frames at ``control_hz``
+            (the message gives the minimum), or a view with no observed keypoint.
+    """
+    n = control_frames(m.num_frames, m.fps, control_hz)
+    if n < MIN_CONTROL_FRAMES:
+        field_name = "keypoints" if isinstance(m, Motion2D) else "root_pos"
+        raise MotionFormatError(
+            source, field_name,
+            f"has {m.num_frames} frame(s) at {m.fps:g} fps = {n} frame(s) at the {control_hz:g} Hz control rate",
+            f">= {MIN_CONTROL_FRAMES} frames at {control_hz:g} Hz "
+            f"(>= {(MIN_CONTROL_FRAMES - 1) / control_hz:.3g} s) to train or evaluate on",
+        )  # fmt: skip
+    if isinstance(m, Motion2D):
+        seen = m.mask(threshold).reshape(m.num_views, -1).any(1)
+        if not seen.all():
+            views = [int(v) for v in np.flatnonzero(~seen)]
+            raise MotionFormatError(
+                source, "confidence",
+                f"masks every keypoint of view(s) {views} (all below {threshold:g} or NaN)",
+                "some keypoints with confidence >= the threshold in every view",
+            )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- 3D references

@@ -12,7 +12,9 @@
   bookkeeping and the python / numpy / torch RNG states. ``RUN_DIR/checkpoints/last.pt``
   is written every ``save_frequency`` epochs (plus a snapshot), ``best.pt`` whenever the
   mean episode return improves, and both at the end;
-- stops after ``max_seconds`` of training when asked.
+- stops after ``max_seconds`` of training when asked;
+- after :meth:`TrackerAgent.request_stop` (Ctrl-C), stops when the epoch in progress is
+  complete, at the point where periodic checkpoints are written, with the final checkpoint.
 
 rl-games' own checkpointing is switched off in the params (``save_frequency: 0``).
 """
@@ -30,6 +32,10 @@ from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_st
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
+
+
+class _Stopped(Exception):
+    """Raised at an epoch boundary to leave rl-games' loop after :meth:`TrackerAgent.request_stop`."""
 
 
 class TrackerAgent(A2CAgent):
@@ -57,7 +63,8 @@ class TrackerAgent(A2CAgent):
         self.max_seconds = float(extra.get("max_seconds", 0.0))
         self.meta = extra.get("meta", {})
         self.epoch_callback: Callable | None = extra.get("epoch_callback")
-        self.saved_epoch = -1
+        self.stop_requested = False
+        self.saved_epoch = self.called_back = -1
         self.resumed_from: int | None = None
         self.epoch_timing: dict[str, float] = {}
         self._runtime: dict | None = None
@@ -90,14 +97,31 @@ class TrackerAgent(A2CAgent):
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out
 
+    def request_stop(self) -> None:
+        """End training once the epoch in progress is complete, with a final checkpoint
+        (safe from a signal handler: it only sets a flag)."""
+        self.stop_requested = True
+
+    def train(self):
+        """rl-games' training loop; returns early after :meth:`request_stop`."""
+        try:
+            return super().train()
+        except _Stopped:
+            return self.mean_rewards, self.epoch_num
+
     def update_epoch(self) -> int:
         """Runs at the start of every epoch: epoch ``epoch_num`` is complete (frames, stats)."""
         if self.epoch_num > 0 and self.epoch_num != self.saved_epoch:
-            self._after_epoch()
+            self._after_epoch(final=self.stop_requested)
+        if self.stop_requested:
+            if self.epoch_num > 0 and self.epoch_num != self.saved_epoch:
+                self._after_epoch(final=True)  # Ctrl-C came during the call above
+            raise _Stopped
         return super().update_epoch()
 
     def _after_epoch(self, final: bool = False) -> None:
-        if self.epoch_callback is not None and not final:
+        if self.epoch_callback is not None and self.called_back != self.epoch_num:
+            self.called_back = self.epoch_num
             self.epoch_callback(self)
         if self.ckpt is None:
             return
@@ -121,8 +145,6 @@ class TrackerAgent(A2CAgent):
 
     def save(self, fn: str) -> None:
         """rl-games calls this at the end of a run: write the final checkpoint."""
-        if self.epoch_callback is not None:
-            self.epoch_callback(self)
         self._after_epoch(final=True)
 
     # ------------------------------------------------------------------ checkpoints

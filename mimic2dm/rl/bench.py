@@ -9,13 +9,18 @@ rollout + update.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    human_console,
+    library_output_to_log,
+    write_json_report,
+)
 
 MODES = (
     ("in-process", "ray=none", 0),
@@ -119,11 +124,10 @@ def bench_train_command(
     override: list[str] = typer.Option(
         [], "--override", "-o", help="Tracker config override (repeatable)."
     ),
-    json_out: Path | None = typer.Option(None, "--json", help="Write the result as JSON here."),
+    json_out: JsonOption = None,
 ) -> None:
     """PPO samples/s with the envs in-process, in 1 and in 2 Ray actors (same run, ratios)."""
-    result = bench_train(num_envs, seconds, override)
-    Console().print(_table(result))
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    with library_output_to_log("bench"):
+        result = bench_train(num_envs, seconds, override)
+    human_console(json_out).print(_table(result))
+    write_json_report(result, json_out)

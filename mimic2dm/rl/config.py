@@ -10,15 +10,25 @@ else in the learner reads the Hydra config.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
+from mimic2dm.engines.base import EngineConfig
 from mimic2dm.geometry.virtual import VirtualCameraConfig
 from mimic2dm.tasks.tracking2d.factory import EnvSpec
 from mimic2dm.tasks.tracking2d.task import TrackingConfig
+from mimic2dm.utils.run_logging import LoggerConfig
+from mimic2dm.utils.validate import ConfigError, check, check_choice, check_device
 
+log = logging.getLogger(__name__)
+
+ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "swish", "gelu", "softplus")
+"""Activations rl-games' network builder knows."""
 ALGO_NAME = "mimic2dm_ppo"
 NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
@@ -44,6 +54,17 @@ class NetworkConfig:
         0.01  # scale of the action layer's initial weights (start near the default pose)
     )
 
+    def __post_init__(self) -> None:
+        for name in ("encoder_units", "head_units"):
+            for i, u in enumerate(getattr(self, name)):
+                check(f"train.network.{name}[{i}]", u, ge=1, integer=True)
+        if not self.encoder_units:
+            raise ConfigError("train.network.encoder_units", [], "at least one layer size")
+        check_choice("train.network.activation", self.activation, ACTIVATIONS)
+        check("train.network.sigma_init", self.sigma_init, gt=0)
+        check("train.network.obs_clip", self.obs_clip, gt=0)
+        check("train.network.mu_init_scale", self.mu_init_scale, ge=0)
+
 
 @dataclass
 class CheckpointConfig:
@@ -53,6 +74,11 @@ class CheckpointConfig:
     save_frequency: int = 25  # epochs between periodic checkpoints (last.pt + a snapshot)
     save_best_after: int = 10  # first epoch that may write best.pt
     keep: int = 3  # snapshots kept
+
+    def __post_init__(self) -> None:
+        check("train.checkpoint.save_frequency", self.save_frequency, ge=1, integer=True)
+        check("train.checkpoint.save_best_after", self.save_best_after, ge=0, integer=True)
+        check("train.checkpoint.keep", self.keep, ge=0, integer=True)
 
 
 @dataclass
@@ -86,6 +112,22 @@ class TrainConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
 
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "horizon_length", "minibatch_size", "mini_epochs", "max_epochs",
+                     "games_to_track"):  # fmt: skip
+            check(f"train.{name}", getattr(self, name), ge=1, integer=True)
+        check("train.learning_rate", self.learning_rate, gt=0)
+        check_choice("train.lr_schedule", self.lr_schedule, ("fixed", "linear", "adaptive"))
+        check("train.kl_threshold", self.kl_threshold, gt=0)
+        check("train.gamma", self.gamma, gt=0, le=1)
+        check("train.tau", self.tau, ge=0, le=1)
+        check("train.e_clip", self.e_clip, gt=0)
+        for name in ("entropy_coef", "critic_coef", "bounds_loss_coef", "max_seconds"):
+            check(f"train.{name}", getattr(self, name), ge=0)
+        check("train.grad_norm", self.grad_norm, gt=0)
+        check("train.torch_threads", self.torch_threads, ge=0, integer=True)
+        check_device("train.device", self.device)
+
 
 @dataclass
 class RayConfig:
@@ -103,11 +145,38 @@ class RayConfig:
         None  # Ray session dir (None: RUN_DIR/ray, or /tmp when that path is too long)
     )
 
+    def __post_init__(self) -> None:
+        check("ray.num_actors", self.num_actors, ge=1, integer=True)
+        check("ray.envs_per_actor", self.envs_per_actor, ge=1, integer=True, optional=True)
+        check("ray.num_cpus", self.num_cpus, ge=1, integer=True, optional=True)
+        check("ray.actor_cpus", self.actor_cpus, gt=0)
+        check("ray.threads_per_actor", self.threads_per_actor, ge=0, integer=True)
+        check("ray.step_timeout_s", self.step_timeout_s, gt=0)
+
 
 def _checked(schema: type, node: Any, where: str):
-    """Merge a config node into a dataclass schema (unknown keys / bad types raise, naming ``where``)."""
+    """Merge a config node into a dataclass schema; its ``__post_init__`` checks the ranges.
+
+    Raises:
+        ConfigError: unknown key, wrong type or value out of range, naming the key.
+    """
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as e:
+        cause = e.__cause__ or e.__context__
+        if isinstance(cause, ConfigError):  # raised by a __post_init__ inside to_object
+            raise cause from None
+        sub = getattr(e, "full_key", None)
+        key = f"{where}.{sub}" if sub else where
+        value = OmegaConf.select(node, sub, default=None) if sub else None
+        if isinstance(e, ConfigKeyError):
+            raise ConfigError(
+                key, value, f"a known key ({key} is not a field of {schema.__name__})"
+            ) from None
+        msg = str(e).splitlines()[0]  # OmegaConf appends full_key / object_type lines
+        raise ConfigError(key, value, f"a valid value ({msg})") from None
     except Exception as e:  # noqa: BLE001 - re-raised with the group's name
         raise ValueError(f"config group {where!r}: {e}") from None
 
@@ -122,6 +191,54 @@ def ray_config(cfg: DictConfig) -> RayConfig:
     return _checked(RayConfig, cfg.ray, "ray")
 
 
+def engine_config(cfg: DictConfig) -> EngineConfig:
+    """The ``engine`` group as a checked :class:`EngineConfig`."""
+    return _checked(EngineConfig, cfg.engine, "engine")
+
+
+def logger_config(cfg: DictConfig) -> LoggerConfig:
+    """The ``logger`` group as a checked :class:`LoggerConfig`."""
+    return _checked(LoggerConfig, cfg.logger, "logger")
+
+
+def _check_camera(c: VirtualCameraConfig) -> None:
+    check("task.camera.width", c.width, ge=1, integer=True)
+    check("task.camera.height", c.height, ge=1, integer=True)
+    for name, lo_min in (("focal_range", 0), ("distance_range", 0)):
+        lo, hi = getattr(c, name)
+        check(f"task.camera.{name}[0]", lo, gt=lo_min)
+        check(f"task.camera.{name}[1]", hi, ge=lo)
+    for name in ("azimuth_range_deg", "elevation_range_deg"):
+        check(f"task.camera.{name}[1]", getattr(c, name)[1], ge=getattr(c, name)[0])
+    check("task.camera.zoom_amplitude", c.zoom_amplitude, ge=0, lt=1)
+    check("task.camera.pan_smoothing", c.pan_smoothing, ge=1, integer=True)
+    check("task.camera.margin", c.margin, ge=0, lt=0.5)
+
+
+def task_config(cfg: DictConfig) -> tuple[TrackingConfig, VirtualCameraConfig]:
+    """The ``task`` group as a checked :class:`TrackingConfig` and its virtual-camera ranges."""
+    t = cfg.task
+    fields = {f.name for f in dataclasses.fields(TrackingConfig)}
+    unknown = set(t) - fields - SPEC_TASK_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"task.{key}", t[key], f"a known key (TrackingConfig fields and "
+                          f"{', '.join(sorted(SPEC_TASK_KEYS))} only)")  # fmt: skip
+    check_choice("task.view_mode", t.view_mode, ("clip", "virtual", "mixed"))
+    from mimic2dm.geometry.virtual import CAMERA_MODES
+
+    check_choice("task.camera_mode", t.camera_mode, CAMERA_MODES)
+    task_node = OmegaConf.masked_copy(t, [k for k in t if k in fields])
+    task = _checked(TrackingConfig, task_node, "task")
+    task.fall_height = check("character.fall_height", float(cfg.character.fall_height), ge=0)
+    camera = _checked(VirtualCameraConfig, t.camera, "task.camera")
+    camera = dataclasses.replace(
+        camera, **{k: tuple(v) for k, v in vars(camera).items() if isinstance(v, list)}
+    )
+    _check_camera(camera)
+    return task, camera
+
+
 def env_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> EnvSpec:
     """Build the picklable :class:`EnvSpec` from the ``task``/``character``/``engine`` groups.
 
@@ -129,33 +246,99 @@ def env_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> EnvSpec:
         cfg: the composed tracker config.
         data_files: the 2D-motion files of the ``data`` group (already prepared).
     """
-    t = cfg.task
-    fields = {f.name for f in dataclasses.fields(TrackingConfig)}
-    unknown = set(t) - fields - SPEC_TASK_KEYS
-    if unknown:
-        raise ValueError(f"config group 'task': unknown keys {sorted(unknown)} (TrackingConfig fields and "
-                         f"{sorted(SPEC_TASK_KEYS)} only)")  # fmt: skip
-    task_node = OmegaConf.masked_copy(t, [k for k in t if k in fields])
-    task = _checked(TrackingConfig, task_node, "task")
-    task.fall_height = float(cfg.character.fall_height)
-    camera = _checked(VirtualCameraConfig, t.camera, "task.camera")
-    camera = dataclasses.replace(
-        camera, **{k: tuple(v) for k, v in vars(camera).items() if isinstance(v, list)}
-    )
-    e = cfg.engine
+    task, camera = task_config(cfg)
+    e = engine_config(cfg)
     return EnvSpec(
         character=str(cfg.character.name),
         data=tuple(str(f) for f in data_files),
         objects=tuple(cfg.character.objects),
-        engine=str(e.name),
-        engine_kwargs={"num_threads": int(e.num_threads)} if e.get("num_threads") else {},
+        engine=e.name,
+        engine_kwargs={"num_threads": e.num_threads} if e.num_threads else {},
         control_hz=float(e.control_hz),
         physics_hz=float(e.physics_hz),
-        view_mode=str(t.view_mode),
-        camera_mode=str(t.camera_mode),
+        view_mode=str(cfg.task.view_mode),
+        camera_mode=str(cfg.task.camera_mode),
         camera=camera,
         task=task,
     )
+
+
+def total_envs(tc: TrainConfig, rc: RayConfig) -> int:
+    """Envs of a run: ``train.num_envs``, or ``ray.num_actors x ray.envs_per_actor`` when set.
+
+    Raises:
+        ConfigError: ``train.num_envs`` does not split evenly over the Ray actors.
+    """
+    if not rc.enabled:
+        return tc.num_envs
+    if rc.envs_per_actor:
+        return rc.num_actors * rc.envs_per_actor
+    if tc.num_envs % rc.num_actors:
+        raise ConfigError("train.num_envs", tc.num_envs,
+                          f"a multiple of ray.num_actors={rc.num_actors} (or set ray.envs_per_actor)")  # fmt: skip
+    return tc.num_envs
+
+
+def minibatch_size(tc: TrainConfig, num_envs: int, note: bool = False) -> int:
+    """The PPO minibatch: ``train.minibatch_size``, clamped to the batch ``horizon_length x num_envs``.
+
+    Small runs (``train.num_envs=8``) get one minibatch of the whole batch instead of an error.
+
+    Args:
+        note: log an info line when the minibatch is clamped.
+
+    Raises:
+        ConfigError: the minibatch does not divide the batch.
+    """
+    batch = tc.horizon_length * num_envs
+    mb = min(tc.minibatch_size, batch)
+    if mb < tc.minibatch_size and note:
+        log.info("train.minibatch_size=%d is larger than the batch horizon_length x num_envs = %d x %d; "
+                 "using minibatches of %d", tc.minibatch_size, tc.horizon_length, num_envs, batch)  # fmt: skip
+    if batch % mb:
+        raise ConfigError("train.minibatch_size", tc.minibatch_size,
+                          f"a divisor of horizon_length x num_envs = {tc.horizon_length} x {num_envs} = {batch}")  # fmt: skip
+    return mb
+
+
+def check_data_files(cfg: DictConfig, control_hz: float) -> None:
+    """Check the ``data`` clips that already exist (recipes are made, and checked, later).
+
+    Raises:
+        ConfigError: ``data.clips`` is empty.
+        MotionFormatError: a clip is invalid, too short or fully masked (naming the file).
+    """
+    from mimic2dm.motion.format import check_trackable, load_motion2d
+
+    clips = list(cfg.data.get("clips") or [])
+    if not clips:
+        raise ConfigError("data.clips", [], "at least one 2D-motion file or recipe")
+    for i, entry in enumerate(clips):
+        path = Path(str(entry.get("file", "")))
+        if path.is_absolute() and path.is_file():
+            check_trackable(load_motion2d(path), path, control_hz)
+        elif path.is_absolute() and not entry.get("make"):
+            raise ConfigError(f"data.clips[{i}].file", str(path), "an existing 2D-motion file")
+
+
+def validate_config(cfg: DictConfig) -> tuple[TrainConfig, RayConfig]:
+    """Check every group of a tracker config at start-up, before anything is created.
+
+    Returns:
+        The checked ``train`` and ``ray`` groups.
+
+    Raises:
+        ConfigError: the first key out of range (named, with what is allowed).
+        MotionFormatError: a data clip cannot be tracked.
+    """
+    tc, rc = train_config(cfg), ray_config(cfg)
+    e = engine_config(cfg)
+    logger_config(cfg)
+    task_config(cfg)
+    check("seed", cfg.seed, ge=0, integer=True)
+    minibatch_size(tc, total_envs(tc, rc))
+    check_data_files(cfg, e.control_hz)
+    return tc, rc
 
 
 def network_params(net: NetworkConfig, obs_layout: dict[str, int]) -> dict:
@@ -175,14 +358,7 @@ def rl_games_params(
         seed: run seed.
         run_dir: the run directory (rl-games' own folders go under ``RUN_DIR/rl_games``).
     """
-    batch = tc.horizon_length * num_envs
-    if batch % tc.minibatch_size:
-        raise ValueError(f"train.minibatch_size={tc.minibatch_size} must divide horizon_length x num_envs = "
-                         f"{tc.horizon_length} x {num_envs} = {batch}")  # fmt: skip
-    if tc.lr_schedule not in ("adaptive", "linear", "fixed"):
-        raise ValueError(
-            f"train.lr_schedule={tc.lr_schedule!r} is not one of adaptive, linear, fixed"
-        )
+    mb = minibatch_size(tc, num_envs, note=True)
     config = {
         "name": "tracker", "full_experiment_name": "rl_games", "train_dir": run_dir,
         "env_name": "mimic2dm_tracking2d", "num_actors": num_envs, "device": tc.device, "ppo": True,
@@ -198,7 +374,7 @@ def rl_games_params(
         "kl_threshold": tc.kl_threshold, "e_clip": tc.e_clip, "clip_value": tc.clip_value,
         "entropy_coef": tc.entropy_coef, "critic_coef": tc.critic_coef, "grad_norm": tc.grad_norm,
         "truncate_grads": tc.truncate_grads, "bounds_loss_coef": tc.bounds_loss_coef,
-        "horizon_length": tc.horizon_length, "minibatch_size": tc.minibatch_size, "mini_epochs": tc.mini_epochs,
+        "horizon_length": tc.horizon_length, "minibatch_size": mb, "mini_epochs": tc.mini_epochs,
         "max_epochs": tc.max_epochs, "games_to_track": tc.games_to_track,
     }  # fmt: skip
     return {

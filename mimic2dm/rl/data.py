@@ -5,8 +5,12 @@ Each entry of ``data.clips`` names a ``file``; when it is absent and the entry h
 
 - ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
   (:func:`mimic2dm.motion.demo.make_demo_clip`);
-- ``{kind: synth, mocap, views, camera, seed, fps}``: a 3D mocap clip projected through
-  virtual cameras (what ``mimic2dm data synth`` does).
+- ``{kind: synth, mocap, views, camera, seed, fps[, loops | seconds]}``: a 3D mocap clip
+  (its gait cycle looped ``loops`` times or to ``seconds``) projected through virtual
+  cameras (what ``mimic2dm data synth`` does);
+- ``{kind: aist, anno_dir, split, one_random_view, seed}``: a folder ``file`` with one
+  clip per sequence of an AIST++ split (``mimic2dm data import-aist --split``).
+  A folder entry stands for the ``*.npz`` clips in it.
 
 Relative ``file`` paths live under ``RUN_DIR/data``; relative ``mocap`` paths are taken
 from the project root.
@@ -42,6 +46,10 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
     clip = load_mocap_keypoints(src)
     kp, rate = clip.keypoints, clip.fps
     obj = clip.object3d
+    if recipe.get("loops") or recipe.get("seconds"):  # repeat the gait cycle (motion/looping.py)
+        from mimic2dm.motion.looping import loop_keypoints
+
+        kp, obj, _ = loop_keypoints(kp, clip.keypoint_set, rate, loops=recipe.get("loops"), seconds=recipe.get("seconds"), object3d=obj)  # fmt: skip
     if recipe.get("fps"):
         kp, obj, rate = resample(kp, clip.fps, float(recipe["fps"])), None if obj is None else resample(obj, clip.fps, float(recipe["fps"])), float(recipe["fps"])  # fmt: skip
     m = synthesize_views(kp, clip.keypoint_set, rate, num_views=int(recipe.get("views", 1)),
@@ -50,7 +58,14 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
     save_motion2d(m, out)
 
 
-MAKERS = {"demo": _make_demo, "synth": _make_synth}
+def _make_aist(out: Path, recipe: Mapping) -> None:
+    from mimic2dm.motion.aist import import_split
+
+    seed = int(recipe.get("seed", 0)) if recipe.get("one_random_view", True) else None
+    import_split(str(recipe["anno_dir"]), str(recipe.get("split", "train")), out, one_view_seed=seed)
+
+
+MAKERS = {"demo": _make_demo, "synth": _make_synth, "aist": _make_aist}
 
 
 def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
@@ -75,7 +90,7 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
         path = Path(str(entry["file"]))
         path = path if path.is_absolute() else Path(run_dir) / "data" / path
         recipe = entry.get("make")
-        if not path.is_file():
+        if not path.exists():
             if not recipe:
                 raise FileNotFoundError(
                     f"data: {path} does not exist and the entry has no 'make' recipe"
@@ -86,5 +101,6 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             MAKERS[kind](path, recipe)
             log.info("made %s (%s)", path, kind)
-        out.append(str(path.resolve()))
+        # a folder (e.g. an AIST++ split) stands for its clips
+        out.extend(str(p.resolve()) for p in (sorted(path.glob("*.npz")) if path.is_dir() else [path]))
     return out

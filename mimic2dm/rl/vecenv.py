@@ -199,9 +199,11 @@ def init_ray(rc: RayConfig, run_dir: str | Path | None = None) -> bool:
     if ray.is_initialized():
         return False
     kw = {"include_dashboard": False, "logging_level": logging.WARNING, "log_to_driver": True}
-    if rc.address:
-        ray.init(address=rc.address, **kw)
-        log.info("joined the Ray cluster at %s", rc.address)
+    # A Ray job's driver (`mimic2dm submit`) gets its cluster's address in RAY_ADDRESS.
+    address = rc.address or os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, **kw)
+        log.info("joined the Ray cluster at %s", address)
     else:
         tmp = ray_temp_dir(run_dir, rc.temp_dir)
         ray.init(num_cpus=rc.num_cpus or os.cpu_count(), _temp_dir=tmp, **kw)
@@ -234,7 +236,11 @@ class RayVecEnv(IVecEnv):
         self.spec, self.counts, self.seed_value = spec, list(counts), seed
         self.num_envs = sum(self.counts)
         self.bounds = np.cumsum([0, *self.counts])
-        self._actor_cls = ray.remote(EnvActor).options(num_cpus=rc.actor_cpus, max_restarts=0)
+        # SPREAD (a soft strategy): actors go to different nodes when they can, and a replacement
+        # goes to any node with room, e.g. a surviving one after its node died.
+        self._actor_cls = ray.remote(EnvActor).options(
+            num_cpus=rc.actor_cpus, max_restarts=0, scheduling_strategy="SPREAD"
+        )
         self.generation = [0] * len(self.counts)
         self.actors = [self._spawn(i) for i in range(len(self.counts))]
         self.info = ray.get(self.actors[0].describe.remote())

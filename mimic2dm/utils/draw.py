@@ -11,6 +11,7 @@ from mimic2dm.motion.keypoint_sets import KeypointSet
 
 REF_COLOR = (40, 160, 255)
 SIM_COLOR = (255, 90, 40)
+LEGEND_HEIGHT = 22  # pixels under the tiles of :func:`overlay_grid`
 
 
 def draw_skeleton(
@@ -43,18 +44,22 @@ def overlay_grid(
     frames: Sequence[int],
     tile_height: int = 270,
 ) -> Image.Image:
-    """A row of tiles, one per frame, reference (blue) vs simulated (orange) keypoints.
+    """A row of tiles, one per frame, reference (blue) vs simulated (orange) keypoints, over
+    a legend strip naming the colours.
 
     Args:
         ref: ``[T, K, 2]`` reference pixels; ``sim``: the same for the character or None.
         mask: ``[T, K]`` visible reference keypoints.
         image_size: ``(width, height)`` of the pixel space.
         frames: frame indices to draw.
+
+    Returns:
+        An RGB image ``(len(frames) * tile width) x (tile_height + LEGEND_HEIGHT)``.
     """
     w, h = image_size
     s = tile_height / h
     tw = int(round(w * s))
-    img = Image.new("RGB", (tw * len(frames), tile_height), (250, 250, 250))
+    img = Image.new("RGB", (tw * len(frames), tile_height + LEGEND_HEIGHT), (250, 250, 250))
     d = ImageDraw.Draw(img)
     for i, t in enumerate(frames):
         off = (i * tw, 0)
@@ -63,4 +68,24 @@ def overlay_grid(
         if sim is not None:
             draw_skeleton(d, sim[t], np.ones(sim.shape[1], bool), kset, SIM_COLOR, s, off, width=2)
         d.text((off[0] + 5, 5), f"frame {t}", fill=(0, 0, 0))
+    entries = [("reference (2D keypoints)", REF_COLOR)]
+    if sim is not None:
+        entries.append(("simulated (projected)", SIM_COLOR))
+    draw_legend(d, entries, (5, tile_height))
     return img
+
+
+def draw_legend(
+    draw: ImageDraw.ImageDraw,
+    entries: Sequence[tuple[str, tuple[int, int, int]]],
+    origin: tuple[int, int],
+) -> None:
+    """One row of ``(label, colour)`` entries, each a short line then its label, in a strip
+    ``LEGEND_HEIGHT`` tall whose top-left corner is ``origin``."""
+    x, y = origin
+    mid = y + LEGEND_HEIGHT // 2
+    for label, color in entries:
+        draw.line([(x, mid), (x + 24, mid)], fill=color, width=4)
+        draw.ellipse([x + 9, mid - 3, x + 15, mid + 3], fill=color)
+        draw.text((x + 30, mid - 6), label, fill=(0, 0, 0))
+        x += 30 + int(draw.textlength(label)) + 20

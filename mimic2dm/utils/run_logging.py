@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import uuid
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,6 +27,23 @@ from rich.progress import (
 )
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoggerConfig:
+    """The ``logger`` Hydra group (``conf/logger/default.yaml``), range-checked on construction."""
+
+    wandb: bool = True
+    project: str = "mimic2dm"
+    tensorboard: bool = True
+    log_every: int = 1  # iterations between scalar logs
+    video_every: int = 0  # iterations between rollout/preview videos (0: off)
+
+    def __post_init__(self) -> None:
+        from mimic2dm.utils.validate import check
+
+        check("logger.log_every", self.log_every, ge=1, integer=True)
+        check("logger.video_every", self.video_every, ge=0, integer=True)
 
 
 def save_resolved_config(cfg: Any, run_dir: str | Path) -> Path:
@@ -38,7 +58,12 @@ def save_resolved_config(cfg: Any, run_dir: str | Path) -> Path:
 
 
 def make_progress() -> Progress:
-    """A rich progress bar with elapsed/remaining time (console only; disabled when not a TTY is fine)."""
+    """A rich progress bar with elapsed/remaining time (console only; disabled when not a TTY is fine).
+
+    It keeps the stdout of its creation and leaves ``sys.stdout`` alone: library prints
+    that :func:`mimic2dm.utils.reporting.library_output_to_log` sends to the log while
+    the bar runs must neither take the bar with them nor come back onto the console.
+    """
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
@@ -46,6 +71,8 @@ def make_progress() -> Progress:
         TimeElapsedColumn(),
         TimeRemainingColumn(),
         TextColumn("{task.fields[info]}"),
+        console=Console(file=sys.stdout),
+        redirect_stdout=False,
     )
 
 

@@ -10,6 +10,8 @@ Modules (heavy dependencies such as transformers are imported on first use):
 - :mod:`~mimic2dm.video.convert`: mmpose ViTPose checkpoints -> transformers.
 - :mod:`~mimic2dm.video.tracking`, :mod:`~mimic2dm.video.filtering`: subject / ball tracks,
   gap filling and smoothing, rotation choice (Yu 2021).
+- :mod:`~mimic2dm.video.follow`: following the subject and ball boxes between detections
+  (``--detect-every K``) by template matching, with re-detection triggers.
 - :mod:`~mimic2dm.video.pipeline`: ``extract_clip`` / ``extract_videos`` and the manifest.
 - :mod:`~mimic2dm.video.preview`, :mod:`~mimic2dm.video.bench`, :mod:`~mimic2dm.video.cli`.
 

@@ -10,13 +10,19 @@ message names the file and the problem); 2 bad command-line usage.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    json_to_stdout,
+    library_output_to_log,
+    write_json_report,
+)
 
 pose_app = typer.Typer(
     help="Pose models: convert mmpose checkpoints, list architectures.", no_args_is_help=True
@@ -110,6 +116,33 @@ def list_models() -> None:
     _console().print(det)
 
 
+def _check_inputs(videos: list[Path], out: Path) -> None:
+    """Open every video (exists, readable, a container PyAV opens, with a video stream).
+
+    Unusable ones are reported now and fail in the manifest as before; when none is
+    usable, exit 1 here, before any model is loaded.
+    """
+    import os
+
+    from mimic2dm.video.io import VideoError, probe_video
+
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(f"{out} is a file, expected a folder", param_hint="--out")
+    problems = []
+    for v in videos:
+        try:
+            if v.is_file() and not os.access(v, os.R_OK):
+                raise VideoError(v, "is not readable (permission denied)")
+            probe_video(v)
+        except VideoError as e:
+            problems.append(str(e))
+    for msg in problems:
+        _error(msg)
+    if problems and len(problems) == len(videos):
+        _error(f"none of the {len(videos)} video(s) can be read; nothing to extract")
+        raise typer.Exit(1)
+
+
 def _report_table(reports) -> Table:
     table = Table(title="extracted clips")
     for col in (
@@ -186,11 +219,30 @@ def extract(
         float, typer.Option(min=0.0, help="Smoothing window sigma in frames (0 = none).")
     ] = 1.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    detect_every: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Detect on every K-th frame and follow the boxes in between (default 10 on cpu, 1 on cuda).",
+        ),
+    ] = None,
+    det_threads: Annotated[
+        int, typer.Option(min=0, help="Torch CPU threads while detecting; 0 = torch default.")
+    ] = 0,
+    pose_threads: Annotated[
+        int, typer.Option(min=0, help="Torch CPU threads for the pose model; 0 = torch default.")
+    ] = 0,
 ) -> None:
     """Extract 2D keypoints (and the ball) from videos into one 2D-motion file per clip."""
-    from mimic2dm.video.detector import load_detector
+    from mimic2dm.video.detector import DETECTORS, load_detector
+    from mimic2dm.video.hub import check_available
     from mimic2dm.video.pipeline import CHARACTERS, ExtractOptions, check_names, extract_videos
-    from mimic2dm.video.pose import DEFAULT_POSE_MODEL, ModelLoadError, load_pose_estimator
+    from mimic2dm.video.pose import (
+        DEFAULT_POSE_MODEL,
+        POSE_MODELS,
+        ModelLoadError,
+        load_pose_estimator,
+    )
 
     if character not in CHARACTERS:
         raise typer.BadParameter(
@@ -201,11 +253,21 @@ def extract(
         check_names(videos)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="VIDEOS") from None
+    _check_inputs(videos, out)  # before any model loads: a typo costs a second, not minutes
     threshold = det_threshold if det_threshold is not None else (0.0 if random_weights else 0.3)
+    from mimic2dm.video.pipeline import default_detect_every
+
     opts = ExtractOptions(
-        character, batch, track_id, rotations, ball, max_gap, smooth, random_weights=random_weights
-    )
+        character, batch, track_id, rotations, ball, max_gap, smooth, random_weights=random_weights,
+        detect_every=detect_every or default_detect_every(device),
+        det_threads=det_threads or None, pose_threads=pose_threads or None,
+    )  # fmt: skip
     try:
+        # offline and not cached: fail now, not after ~30 s of retries or another model's load
+        check_available("detector", detector, DETECTORS, random_weights)
+        check_available(
+            "pose model", pose_model or DEFAULT_POSE_MODEL[character], POSE_MODELS, random_weights
+        )
         det = load_detector(detector, random_weights, threshold, device)
         pose = load_pose_estimator(
             pose_model or DEFAULT_POSE_MODEL[character],
@@ -241,25 +303,44 @@ def bench_pose(
     ] = "rtdetr-r50",
     device: Annotated[str, typer.Option(help="cpu | cuda.")] = "cpu",
     threads: Annotated[int, typer.Option(help="CPU threads; 0 = torch default.")] = 0,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Also write the result as JSON here.")
+    json_out: JsonOption = None,
+    detect_every: Annotated[
+        int | None,
+        typer.Option(min=1, help="K of the detect-every-K path (default 10 on cpu, 1 on cuda)."),
     ] = None,
+    det_threads: Annotated[
+        int, typer.Option(min=0, help="Threads while detecting; 0 = --threads.")
+    ] = 0,
+    pose_threads: Annotated[
+        int, typer.Option(min=0, help="Threads for the pose model; 0 = --threads.")
+    ] = 0,
 ) -> None:
-    """Frames/s of detection + pose (one subject per frame) at each batch size."""
+    """Frames/s of detection + pose (one subject per frame) at each batch size, and of the
+    detect-every-K path (boxes followed in between) with its ratio to the former."""
     from mimic2dm.video.bench import bench_pose as run
 
-    result = run(
-        frames, batch, pose_model, detector, device=_check_device(device), threads=threads or None
-    )
+    device = _check_device(device)
+    with library_output_to_log("bench"):
+        result = run(frames, batch, pose_model, detector, device=device, threads=threads or None,
+                     detect_every=detect_every, det_threads=det_threads or None,
+                     pose_threads=pose_threads or None)  # fmt: skip
     table = Table(title=(f"{result['detector']} + {result['pose_model']} (random weights), "
                          f"{result['frame_size'][0]}x{result['frame_size'][1]} frames, {result['device']}, "
-                         f"{result['threads']} threads"))  # fmt: skip
-    for col in ("batch", "frames", "frames/s", "detect ms/frame", "pose ms/frame"):
+                         f"{result['det_threads']}/{result['pose_threads']} threads (detect/pose)"))  # fmt: skip
+    cols = ("path", "batch", "frames", "frames/s", "detect ms/frame", "follow ms/frame", "pose ms/frame")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="right")
     for r in result["results"]:
-        table.add_row(str(r["batch"]), str(r["frames"]), f"{r['frames_per_s']:.2f}",
-                      f"{r['detect_ms_per_frame']:.0f}", f"{r['pose_ms_per_frame']:.0f}")  # fmt: skip
-    _console().print(table)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(result, indent=2) + "\n")
+        table.add_row("detect every frame", str(r["batch"]), str(r["frames"]), f"{r['frames_per_s']:.2f}",
+                      f"{r['detect_ms_per_frame']:.0f}", "-", f"{r['pose_ms_per_frame']:.0f}")  # fmt: skip
+    f = result["follow"]
+    table.add_row(f"detect every {f['detect_every']}, follow", str(f["batch"]), str(f["frames"]),
+                  f"{f['frames_per_s']:.2f}", f"{f['detect_ms_per_frame']:.0f}",
+                  f"{f['follow_ms_per_frame']:.1f}", f"{f['pose_ms_per_frame']:.0f}")  # fmt: skip
+    console = _console(stderr=json_to_stdout(json_out))
+    console.print(table)
+    console.print(f"detect every {f['detect_every']} + follow: {f['frames_per_s']:.2f} frames/s vs "
+                  f"{f['per_frame_frames_per_s']:.2f} detecting every frame at batch {f['batch']} "
+                  f"(same run): {f['speedup']:.2f}x; {f['redetections']} re-detections",
+                  markup=False)  # fmt: skip
+    write_json_report(result, json_out)

@@ -254,6 +254,8 @@ def load_detector(
     """
     from transformers import AutoConfig, AutoModelForObjectDetection, RTDetrForObjectDetection
 
+    from mimic2dm.video.hub import hub_kwargs
+
     ref = name_or_path
     if name_or_path in DETECTORS:
         spec = DETECTORS.load(name_or_path)
@@ -261,14 +263,15 @@ def load_detector(
             model, weights = RTDetrForObjectDetection(detector_config(spec)), "random"
         ref = spec.hub_id
     if not (name_or_path in DETECTORS and random_weights):
+        hub = hub_kwargs(ref)  # cache only while the hub is offline: no 30 s of retries
         try:
             if random_weights:
                 model, weights = (
-                    AutoModelForObjectDetection.from_config(AutoConfig.from_pretrained(ref)),
+                    AutoModelForObjectDetection.from_config(AutoConfig.from_pretrained(ref, **hub)),
                     "random",
                 )
             else:
-                model, weights = AutoModelForObjectDetection.from_pretrained(ref), ref
+                model, weights = AutoModelForObjectDetection.from_pretrained(ref, **hub), ref
         except (OSError, ValueError, KeyError) as e:
             raise hf_load_error("detector", ref, e) from None
     for k, v in _preprocessing(name_or_path).items():

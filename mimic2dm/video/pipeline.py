@@ -1,9 +1,12 @@
 """Video -> 2D motion: detect, track the subject and the ball, estimate poses, clean up, write.
 
 One clip is read twice with PyAV so that no clip is ever held in memory: the first pass
-runs the detector on every frame (keeping only boxes), the tracks are then built over the
-whole clip and the subject chosen, and the second pass crops the subject's box in each
-frame for the pose model (four rotated crops per frame with ``rotations``). Keypoints are
+runs the detector on every frame, or on every ``detect_every``-th frame (keeping only
+boxes), the tracks are then built over those frames and the subject chosen, and the
+second pass crops the subject's box in each frame for the pose model (four rotated crops
+per frame with ``rotations``). With ``detect_every > 1`` the second pass first follows the
+subject's and the ball's boxes from their detections through the frames in between
+(:mod:`mimic2dm.video.follow`, re-detecting when following fails). Keypoints are
 then smoothed, short gaps filled and long gaps masked (:mod:`mimic2dm.video.filtering`),
 and the clip is written with :func:`~mimic2dm.motion.format.save_motion2d`.
 
@@ -18,12 +21,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
@@ -34,6 +39,7 @@ from mimic2dm.motion.format import (
 )
 from mimic2dm.video.detector import Detections, Detector
 from mimic2dm.video.filtering import fill_and_smooth, select_rotations
+from mimic2dm.video.follow import ClipFollower, FollowConfig, Keyframes
 from mimic2dm.video.io import VideoInfo, iter_frames, probe_video
 from mimic2dm.video.pose import PoseEstimator
 from mimic2dm.video.tracking import Track, select_ball, select_track, track_boxes
@@ -67,6 +73,11 @@ class ExtractOptions:
         smooth_sigma: Gaussian smoothing window in frames (0 = none).
         coherence: weight of temporal coherence when choosing rotations.
         random_weights: recorded in ``meta.random_weights`` (models were not trained).
+        detect_every: run the detector on every K-th frame and follow the boxes in between
+            (1 = every frame; the CLI picks 10 on a CPU, 1 on a GPU).
+        follow: re-detection thresholds of the box follower.
+        det_threads, pose_threads: torch CPU threads while detecting / estimating poses
+            (None = leave torch's setting).
     """
 
     character: str = "humanoid"
@@ -79,6 +90,10 @@ class ExtractOptions:
     coherence: float = 1.0
     random_weights: bool = False
     extra_meta: dict[str, Any] = field(default_factory=dict)
+    detect_every: int = 1
+    follow: FollowConfig = field(default_factory=FollowConfig)
+    det_threads: int | None = None
+    pose_threads: int | None = None
 
     def __post_init__(self) -> None:
         if self.character not in CHARACTERS:
@@ -87,6 +102,35 @@ class ExtractOptions:
             )
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
+        if self.detect_every < 1:
+            raise ValueError(f"detect_every must be >= 1, got {self.detect_every}")
+        for name in ("det_threads", "pose_threads"):
+            n = getattr(self, name)
+            if n is not None and n < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {n}")
+
+
+DETECT_EVERY = {"cpu": 10, "cuda": 1}
+"""Default ``detect_every`` per device: on a CPU the detector costs ~4 ViTPose-B crops per
+frame, so it runs on every 10th frame (1/3 s at 30 fps); on a GPU it is cheap: every frame."""
+
+
+def default_detect_every(device: str | torch.device) -> int:
+    """:data:`DETECT_EVERY` of ``device`` (``cuda:1`` counts as ``cuda``)."""
+    return DETECT_EVERY["cuda" if str(device).startswith("cuda") else "cpu"]
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run a stage with ``n`` torch CPU threads (None: unchanged), then restore the setting."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n:
+            torch.set_num_threads(before)
 
 
 @dataclass
@@ -109,15 +153,37 @@ class ClipReport:
 
 
 def detect_video(
-    video: str | os.PathLike, detector: Detector, batch: int, advance: Advance | None = None
-) -> list[Detections]:
-    """First pass: detections of every frame (``len`` = number of decoded frames)."""
+    video: str | os.PathLike,
+    detector: Detector,
+    batch: int,
+    advance: Advance | None = None,
+    every: int = 1,
+    threads: int | None = None,
+) -> tuple[list[Detections], list[int], int]:
+    """First pass: detections of every ``every``-th frame, ``batch`` of them per forward.
+
+    Returns:
+        ``(detections, frames, T)``: one :data:`Detections` per detected frame, the indices
+        of those frames (0, every, 2 every, ...) and the number of decoded frames.
+    """
     dets: list[Detections] = []
-    for frames in iter_frames(video, batch):
-        dets.extend(detector.detect(frames))
-        if advance:
-            advance(len(frames))
-    return dets
+    keys: list[int] = []
+    todo: list[np.ndarray] = []  # copies of key frames waiting for a full batch
+    T = 0
+    with torch_threads(threads):
+        for frames in iter_frames(video, batch):
+            for i in range(-T % every, len(frames), every):
+                keys.append(T + i)
+                todo.append(frames[i] if every == 1 else frames[i].copy())  # free the chunk
+            T += len(frames)
+            while len(todo) >= batch:
+                dets.extend(detector.detect(np.stack(todo[:batch])))
+                todo = todo[batch:]
+            if advance:
+                advance(len(frames))
+        if todo:
+            dets.extend(detector.detect(np.stack(todo)))
+    return dets, keys, T
 
 
 def estimate_poses(
@@ -126,11 +192,14 @@ def estimate_poses(
     boxes: np.ndarray,
     opts: ExtractOptions,
     advance: Advance | None = None,
+    before: Callable[[np.ndarray, int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Second pass: pose of the subject in every frame that has a box.
 
     Args:
         boxes: ``[T, 4]`` subject boxes (NaN rows = no subject in that frame).
+        before: called as ``before(frames, t0)`` on each decoded chunk before its poses
+            are estimated; it may write the chunk's rows of ``boxes`` (box following).
 
     Returns:
         ``keypoints [T, K, 2]`` (NaN where no box), ``conf [T, K]`` clipped to [0, 1], and
@@ -148,11 +217,14 @@ def estimate_poses(
             raise ExtractionError(
                 f"{video}: decoded more frames on the second pass than the first ({t0 + n} > {T})"
             )
+        if before is not None:
+            before(frames, t0)
         has = np.flatnonzero(np.isfinite(boxes[t0 : t0 + n]).all(1))
         if len(has):
             idx = np.repeat(has, R)
             rot = np.tile(np.asarray(rots), len(has))
-            k, s = pose.predict(frames, boxes[t0 + idx], idx, rot)
+            with torch_threads(opts.pose_threads):
+                k, s = pose.predict(frames, boxes[t0 + idx], idx, rot)
             kps[t0 + has] = k.reshape(len(has), R, K, 2)
             conf[t0 + has] = np.clip(s, 0.0, 1.0).reshape(len(has), R, K)
         t0 += n
@@ -167,15 +239,18 @@ def estimate_poses(
     return kps[pick, choice], conf[pick, choice], np.asarray(rots)[choice]
 
 
-def _ball_track(
-    dets: list[Detections], T: int, fps: float, opts: ExtractOptions
-) -> tuple[dict[str, np.ndarray], Track] | None:
-    """Object fields of the clip (``[1, T, ...]``) and the ball track; None when no ball was seen."""
+def _ball(dets: list[Detections], keys: list[int], opts: ExtractOptions) -> Track | None:
+    """The ball track over the detected frames (None when no ball was seen)."""
     empty = (np.zeros((0, 4)), np.zeros(0))
-    ball = select_ball(track_boxes([d.get(BALL_CLASS, empty) for d in dets], "center"))
-    if ball is None:
-        return None
-    boxes, scores = ball.dense(T)
+    balls = [d.get(BALL_CLASS, empty) for d in dets]
+    return select_ball(track_boxes(balls, "center", frames=keys, max_missing=_max_missing(opts)))
+
+
+def _ball_fields(
+    boxes: np.ndarray, scores: np.ndarray, fps: float, opts: ExtractOptions
+) -> dict[str, np.ndarray]:
+    """Object fields of the clip (``[1, T, ...]``) from ball ``boxes [T, 4]``, ``scores [T]``."""
+    T = len(boxes)
     corners, conf, _ = fill_and_smooth(
         boxes.reshape(T, 2, 2),
         np.repeat(scores[:, None], 2, 1),
@@ -189,24 +264,30 @@ def _ball_track(
         "object_center": (0.5 * (box[:, :2] + box[:, 2:]))[None],
         "object_confidence": c[None],
     }
-    return fields, ball
+    return fields
 
 
 def _max_gap(fps: float, opts: ExtractOptions) -> int:
     return max(0, int(round(opts.max_gap_s * fps)))
 
 
+def _max_missing(opts: ExtractOptions) -> int:
+    """Frames a track may miss: 10, and at least one missed detection when detecting every K."""
+    return max(10, 2 * opts.detect_every)
+
+
 def _subject(
-    dets: list[Detections], cls: str, opts: ExtractOptions, video
+    dets: list[Detections], keys: list[int], cls: str, opts: ExtractOptions, video
 ) -> tuple[Track, list[Track]]:
-    tracks = track_boxes([d.get(cls, (np.zeros((0, 4)), np.zeros(0))) for d in dets], "iou")
+    people = [d.get(cls, (np.zeros((0, 4)), np.zeros(0))) for d in dets]
+    tracks = track_boxes(people, "iou", frames=keys, max_missing=_max_missing(opts))
     try:
         subject = select_track(tracks, opts.track_id)
     except ValueError as e:
         raise ExtractionError(f"{video}: {e}") from None
     if subject is None:
         raise ExtractionError(
-            f"{video}: no {cls} detected in any of {len(dets)} frames; lower --det-threshold or check the video"
+            f"{video}: no {cls} detected in any of {len(dets)} detected frames; lower --det-threshold or check the video"
         )
     return subject, tracks
 
@@ -263,16 +344,33 @@ def extract_clip(
         raise ValueError(
             f"pose estimator predicts {pose.keypoint_set}, character {opts.character} needs {kset}"
         )
-    dets = detect_video(video, detector, opts.batch, advance)
-    T = len(dets)
-    subject, tracks = _subject(dets, cls, opts, video)
+    dets, keys, T = detect_video(
+        video, detector, opts.batch, advance, opts.detect_every, opts.det_threads
+    )
+    subject, tracks = _subject(dets, keys, cls, opts, video)
+    ball_track = _ball(dets, keys, opts) if opts.ball else None
     boxes, _ = subject.dense(T)
-    kps, conf, rot_deg = estimate_poses(video, pose, boxes, opts, advance)
+    follower = None
+    if opts.detect_every > 1:
+        follower = _follower(T, subject, ball_track, cls, detector, opts)
+        boxes = follower.subject_boxes  # filled chunk by chunk during the pose pass
+    kps, conf, rot_deg = estimate_poses(
+        video, pose, boxes, opts, advance, follower.fill if follower else None
+    )
     kps, conf, filled = fill_and_smooth(kps, conf, _max_gap(info.fps, opts), opts.smooth_sigma)
-    ball = _ball_track(dets, T, info.fps, opts) if opts.ball else None
-    obj, ball_track = ball if ball is not None else ({}, None)
+    obj: dict[str, np.ndarray] = {}
+    if ball_track is not None:
+        if follower is not None:
+            ball_boxes, ball_scores = follower.ball_boxes, follower.ball_scores
+        else:
+            ball_boxes, ball_scores = ball_track.dense(T)
+        obj = _ball_fields(ball_boxes, ball_scores, info.fps, opts)
     models = {**detector.info, **pose.info, "det_threshold": detector.threshold}
     meta = build_meta(video, info, subject, tracks, rot_deg, filled, opts, models)
+    meta["detect_every"] = opts.detect_every
+    meta["detected_frames"] = len(keys) + (follower.redetections if follower else 0)
+    if follower is not None:
+        meta["follow"] = follower.summary()
     meta["ball_found"] = ball_track is not None
     if ball_track is not None:
         meta["ball_track"] = ball_track.summary()
@@ -284,6 +382,28 @@ def extract_clip(
         image_size=info.image_size,
         meta=meta,
         **{k: v.astype(np.float32) for k, v in obj.items()},
+    )
+
+
+def _follower(
+    T: int,
+    subject: Track,
+    ball: Track | None,
+    cls: str,
+    detector: Detector,
+    opts: ExtractOptions,
+) -> ClipFollower:
+    """A :class:`ClipFollower` started from the subject's and the ball's detections."""
+
+    def keys(tr: Track) -> Keyframes:
+        return {t: (b, s) for t, b, s in zip(tr.frames, tr.boxes, tr.scores, strict=True)}
+
+    def detect(frames: np.ndarray) -> list[Detections]:
+        with torch_threads(opts.det_threads):
+            return detector.detect(frames)
+
+    return ClipFollower(
+        T, keys(subject), keys(ball) if ball is not None else None, cls, detect, opts.follow
     )
 
 

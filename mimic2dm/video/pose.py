@@ -373,6 +373,8 @@ def build_pose_model(name_or_path: str, keypoint_set: str, random_weights: bool 
     """
     from transformers import AutoConfig, VitPoseForPoseEstimation
 
+    from mimic2dm.video.hub import hub_kwargs
+
     if name_or_path in POSE_MODELS:
         spec = POSE_MODELS.load(name_or_path)
         if random_weights:
@@ -385,10 +387,11 @@ def build_pose_model(name_or_path: str, keypoint_set: str, random_weights: bool 
                 + "` and pass --pose-model DIR, or use --random-weights"
             )
         name_or_path = spec.hub_id
+    hub = hub_kwargs(name_or_path)  # cache only while the hub is offline: no 30 s of retries
     try:
         if random_weights:
-            return random_vitpose(AutoConfig.from_pretrained(name_or_path)), "random"
-        return VitPoseForPoseEstimation.from_pretrained(name_or_path), name_or_path
+            return random_vitpose(AutoConfig.from_pretrained(name_or_path, **hub)), "random"
+        return VitPoseForPoseEstimation.from_pretrained(name_or_path, **hub), name_or_path
     except (OSError, ValueError, KeyError) as e:
         raise hf_load_error("pose model", name_or_path, e) from None
 

@@ -13,6 +13,7 @@ clip beats both a brief close-up and a small bystander seen throughout.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -92,6 +93,7 @@ def track_boxes(
     match: str = "iou",
     min_similarity: float = 0.3,
     max_missing: int = 10,
+    frames: Sequence[int] | None = None,
 ) -> list[Track]:
     """Link per-frame detections into tracks.
 
@@ -100,14 +102,22 @@ def track_boxes(
         match: ``"iou"`` (people, dogs) or ``"center"`` (ball).
         min_similarity: minimum IoU / centre similarity to join a track.
         max_missing: frames a track may go without a detection and still be continued.
+        frames: increasing frame index of each entry of ``detections`` when only some
+            frames were detected (default 0, 1, 2, ...); gaps and ``max_missing`` count
+            video frames.
 
     Returns:
         Tracks ordered by id (first appearance).
     """
     if match not in ("iou", "center"):
         raise ValueError(f"match must be 'iou' or 'center', got {match!r}")
+    if frames is not None and len(frames) != len(detections):
+        raise ValueError(
+            f"track_boxes: {len(frames)} frame indices for {len(detections)} detections"
+        )
     tracks: list[Track] = []
-    for t, (boxes, scores) in enumerate(detections):
+    for i, (boxes, scores) in enumerate(detections):
+        t = int(frames[i]) if frames is not None else i
         boxes = np.asarray(boxes, float).reshape(-1, 4)
         live = [tr for tr in tracks if t - tr.frames[-1] <= max_missing + 1]
         free = list(range(len(boxes)))

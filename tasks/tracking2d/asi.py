@@ -27,6 +27,13 @@ class ASIConfig:
     temperature: float = 1.0
     start_sampling: str = "uniform"  # or "inverse_count" (Yu 2021)
 
+    def __post_init__(self) -> None:
+        from mimic2dm.utils.validate import check, check_choice
+
+        check("task.asi.capacity", self.capacity, ge=1, integer=True)
+        check("task.asi.temperature", self.temperature, gt=0)
+        check_choice("task.asi.start_sampling", self.start_sampling, ("uniform", "inverse_count"))
+
 
 class StateBuffers:
     """Per-frame buffers of simulation states and critic scores.

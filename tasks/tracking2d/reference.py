@@ -18,7 +18,13 @@ import torch
 from mimic2dm.geometry.camera import MIN_DEPTH, Camera, project_points
 from mimic2dm.geometry.canonical import root_2d
 from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera
-from mimic2dm.motion.format import CONFIDENCE_THRESHOLD, Motion2D, load_motion2d
+from mimic2dm.motion.format import (
+    CONFIDENCE_THRESHOLD,
+    MIN_CONTROL_FRAMES,
+    Motion2D,
+    check_trackable,
+    load_motion2d,
+)
 from mimic2dm.motion.keypoint_sets import KeypointSet, load_keypoint_set
 from mimic2dm.motion.synth import resample
 
@@ -157,6 +163,10 @@ class ReferenceLibrary:
     ):
         if not clips:
             raise ValueError("ReferenceLibrary: no clips")
+        short = [f"{c.name} ({c.num_frames})" for c in clips if c.num_frames < MIN_CONTROL_FRAMES]
+        if short:
+            raise ValueError(f"ReferenceLibrary: clips need >= {MIN_CONTROL_FRAMES} frames at the "
+                             f"control rate; too short: {short}")  # fmt: skip
         if view_mode not in ("clip", "virtual", "mixed"):
             raise ValueError(f"view_mode {view_mode!r} is not one of clip, virtual, mixed")
         if view_mode != "clip" and any(c.keypoints3d is None for c in clips):
@@ -205,6 +215,8 @@ class ReferenceLibrary:
     def from_files(cls, paths: Sequence[str | Path], control_hz: float, **kw) -> ReferenceLibrary:
         """Load 2D-motion files (validated) and resample them to ``control_hz``."""
         motions = [load_motion2d(p) for p in paths]
+        for m, p in zip(motions, paths, strict=True):
+            check_trackable(m, p, control_hz)  # too short / fully masked: named, with the minimum
         sets = {m.keypoint_set for m in motions}
         if len(sets) != 1:
             raise ValueError(

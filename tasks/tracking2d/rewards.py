@@ -24,6 +24,14 @@ class RewardConfig:
     alpha_obj: float = 400.0
     alpha_reg: float = 0.05
 
+    def __post_init__(self) -> None:
+        from mimic2dm.utils.validate import check
+
+        for name in ("w_pos", "w_vel", "w_obj", "w_reg"):
+            check(f"task.reward.{name}", getattr(self, name), ge=0)
+        for name in ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg"):
+            check(f"task.reward.{name}", getattr(self, name), gt=0)
+
 
 def masked_sq_error(
     x: torch.Tensor, xhat: torch.Tensor, mask: torch.Tensor, height: torch.Tensor

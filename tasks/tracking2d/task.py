@@ -42,6 +42,15 @@ class TrackingConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
 
+    def __post_init__(self) -> None:
+        from mimic2dm.utils.validate import check
+
+        check("task.num_future", self.num_future, ge=0, integer=True)
+        check("task.num_views", self.num_views, ge=1, integer=True)
+        check("task.max_episode_steps", self.max_episode_steps, ge=1, integer=True)
+        check("task.tau_term", self.tau_term, gt=0)
+        check("task.action_scale", self.action_scale, gt=0)
+
 
 class Tracking2DTask:
     """Vectorised 2D tracking over ``engine.num_envs`` envs with per-env auto-reset.

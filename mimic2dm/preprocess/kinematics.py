@@ -1,0 +1,157 @@
+"""A batched, differentiable kinematic model of a character for preprocessing (B.1).
+
+:class:`CharacterModel` evaluates the character's own kinematic tree (the one its MJCF
+is built from, ``CharacterSpec.tree``) on many poses at once: keypoint sites (the
+sites the engine reads) and the contact geometry of the feet / paws, read from the
+compiled MJCF. It gives the same keypoints as ``spec.tree.keypoints`` (tested) but is
+written with rotation matrices, all hinges at once and one step per tree level, so
+its autograd graph has ~40 nodes instead of ~300: the optimiser's cost is dominated by
+this function.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mimic2dm.characters.base import CharacterSpec
+from mimic2dm.geometry.rotations import quat_to_matrix
+
+
+def _skew(a: np.ndarray) -> np.ndarray:
+    """``[J, 3]`` -> ``[J, 3, 3]`` cross-product matrices."""
+    k = np.zeros((a.shape[0], 3, 3))
+    k[:, 0, 1], k[:, 0, 2], k[:, 1, 2] = -a[:, 2], a[:, 1], -a[:, 0]
+    return k - k.transpose(0, 2, 1)
+
+
+def contact_points(spec: CharacterSpec) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Contact geometry of ``spec.contact_bodies`` from the compiled MJCF.
+
+    Boxes give their 8 corners, spheres and capsules their centre(s) with a radius.
+
+    Returns:
+        ``(body index per point [C], offsets in the body frame [C, 3], radius [C])``.
+    """
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(spec.mjcf)
+    bodies, offs, radii = [], [], []
+    for name in spec.contact_bodies:
+        b = model.body(name).id
+        for g in np.flatnonzero(model.geom_bodyid == b):
+            rot = np.zeros(9)
+            mujoco.mju_quat2Mat(rot, model.geom_quat[g])
+            rot, pos, size = rot.reshape(3, 3), model.geom_pos[g], model.geom_size[g]
+            kind = model.geom_type[g]
+            if kind == mujoco.mjtGeom.mjGEOM_BOX:
+                corners = np.array([[x, y, z] for x in (-1, 1) for y in (-1, 1) for z in (-1, 1)])
+                pts, r = pos + (corners * size) @ rot.T, 0.0
+            elif kind == mujoco.mjtGeom.mjGEOM_SPHERE:
+                pts, r = pos[None], size[0]
+            elif kind == mujoco.mjtGeom.mjGEOM_CAPSULE:
+                pts, r = pos + np.array([[0, 0, -size[1]], [0, 0, size[1]]]) @ rot.T, size[0]
+            else:
+                continue
+            bodies += [spec.body_names.index(name)] * len(pts)
+            offs.append(pts)
+            radii += [r] * len(pts)
+    if not bodies:
+        raise ValueError(f"{spec.name}: no box/sphere/capsule geom on contact bodies {spec.contact_bodies}")
+    return bodies, np.concatenate(offs), np.array(radii)
+
+
+class CharacterModel:
+    """Batched forward kinematics of one character (float32, any leading batch shape).
+
+    Attributes:
+        spec: the character.
+        lower, upper: ``[J]`` joint limits (rad) from the MJCF.
+        num_dof: ``J``; num_keypoints: ``K``.
+    """
+
+    def __init__(self, spec: CharacterSpec, dtype: torch.dtype = torch.float32):
+        self.spec = spec
+        tree = spec.tree
+        B, J = len(tree.body_names), len(tree.dof_body)
+        self.num_dof, self.num_keypoints = J, spec.num_keypoints
+        as_t = lambda x: torch.tensor(np.array(x), dtype=dtype)  # noqa: E731
+        self.lower, self.upper = as_t(spec.joint_range[:, 0]), as_t(spec.joint_range[:, 1])
+        axes = np.asarray(tree.dof_axis, dtype=np.float64).reshape(J, 3)
+        k = _skew(axes)
+        self._K, self._K2 = as_t(k), as_t(k @ k)
+        # hinge slots per body, padded with J (= the identity appended after the hinges)
+        slots = max(1, int(np.bincount(np.asarray(tree.dof_body, dtype=int), minlength=B).max()))
+        table = np.full((B, slots), J)
+        for j, b in enumerate(tree.dof_body):
+            table[b, int((table[b] < J).sum())] = j
+        self._slots = torch.as_tensor(table)
+        self._offsets = as_t(tree.offsets)
+        depth = [0] * B
+        for b in range(1, B):
+            depth[b] = depth[tree.parents[b]] + 1
+        self._levels = []  # (bodies of the level, index of each one's parent in the level above)
+        for d in range(1, max(depth) + 1):
+            ids = [b for b in range(B) if depth[b] == d]
+            above = [b for b in range(B) if depth[b] == d - 1]
+            self._levels.append((torch.as_tensor(ids), torch.as_tensor([above.index(tree.parents[b]) for b in ids])))
+        order = [0] + [b for ids, _ in self._levels for b in ids.tolist()]
+        self._unpermute = torch.as_tensor(np.argsort(order))
+        names = list(tree.body_names)
+        self._site_body = torch.as_tensor([names.index(b) for b, _ in spec.site_offsets])
+        self._site_off = as_t([o for _, o in spec.site_offsets])
+        cb, coff, crad = contact_points(spec)
+        self._contact_body, self._contact_off = torch.as_tensor(cb), as_t(coff)
+        self.contact_radius = as_t(crad)
+        self._cache: dict[torch.dtype, dict[str, torch.Tensor]] = {}
+
+    def clamp(self, dof_pos: torch.Tensor) -> torch.Tensor:
+        """Joint angles ``[..., J]`` projected onto the limits."""
+        return torch.maximum(torch.minimum(dof_pos, self.upper.to(dof_pos.dtype)), self.lower.to(dof_pos.dtype))
+
+    def _consts(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+        """The model's float constants in ``dtype`` (cached)."""
+        if dtype not in self._cache:
+            names = ("_K", "_K2", "_offsets", "_site_off", "_contact_off")
+            self._cache[dtype] = {n: getattr(self, n).to(dtype) for n in names}
+        return self._cache[dtype]
+
+    def bodies(self, root_pos: torch.Tensor, root_quat: torch.Tensor, dof_pos: torch.Tensor):
+        """Body frames: ``(pos [..., B, 3], rot [..., B, 3, 3])`` (root_quat xyzw, any norm > 0)."""
+        k = self._consts(dof_pos.dtype)
+        s, c = torch.sin(dof_pos)[..., None, None], torch.cos(dof_pos)[..., None, None]
+        hinge = torch.eye(3, dtype=dof_pos.dtype) + s * k["_K"] + (1 - c) * k["_K2"]  # [..., J, 3, 3]
+        eye = torch.eye(3, dtype=dof_pos.dtype).expand(*hinge.shape[:-3], 1, 3, 3)
+        hinge = torch.cat([hinge, eye], dim=-3)
+        local = hinge[..., self._slots[:, 0], :, :]
+        for m in range(1, self._slots.shape[1]):
+            local = local @ hinge[..., self._slots[:, m], :, :]
+        q = root_quat / root_quat.norm(dim=-1, keepdim=True)
+        R = (quat_to_matrix(q) @ local[..., 0, :, :])[..., None, :, :]
+        p = root_pos[..., None, :]
+        Rs, ps = [R], [p]
+        for ids, par in self._levels:
+            Rp, pp = R[..., par, :, :], p[..., par, :]
+            p = pp + (Rp @ k["_offsets"][ids][..., None])[..., 0]
+            R = Rp @ local[..., ids, :, :]
+            Rs.append(R), ps.append(p)
+        pos = torch.cat(ps, dim=-2)[..., self._unpermute, :]
+        rot = torch.cat(Rs, dim=-3)[..., self._unpermute, :, :]
+        return pos, rot
+
+    def forward(self, root_pos, root_quat, dof_pos) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keypoints ``[..., K, 3]`` and contact-point heights above their surface ``[..., C, 3]``.
+
+        Args:
+            root_pos: ``[..., 3]``; root_quat: ``[..., 4]`` xyzw; dof_pos: ``[..., J]`` (rad).
+
+        Returns:
+            ``(keypoints [..., K, 3], contacts [..., C, 3])``; a contact point's ``z`` minus
+            ``contact_radius`` is the height of the geom's surface there.
+        """
+        pos, rot = self.bodies(root_pos, root_quat, dof_pos)
+        k = self._consts(dof_pos.dtype)
+        sb, cb = self._site_body, self._contact_body
+        kp = pos[..., sb, :] + (rot[..., sb, :, :] @ k["_site_off"][..., None])[..., 0]
+        ct = pos[..., cb, :] + (rot[..., cb, :, :] @ k["_contact_off"][..., None])[..., 0]
+        return kp, ct

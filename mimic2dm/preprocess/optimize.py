@@ -1,0 +1,428 @@
+"""The preprocessing optimiser (B.1): camera and 3D motion of a character from 2D keypoints.
+
+Two stages, batched over frames and hypotheses in torch:
+
+1. hypotheses, on at most ``hypothesis_frames`` evenly spaced frames: for every heading
+   (:func:`~mimic2dm.preprocess.camera_init.heading_hypotheses`), Adam fits the camera and
+   the root with the body in its default pose and upright (turning about the vertical
+   only: the camera's pitch and roll then account for the view, instead of a tilted
+   body in front of a level camera); Levenberg-Marquardt then fits each frame's pose
+   through that camera (:mod:`mimic2dm.preprocess.lm`) and a short joint Adam run adds
+   the temporal terms. The hypothesis with the lowest loss is kept;
+2. refinement on every frame: the kept hypothesis is interpolated in time, every
+   pose refitted by Levenberg-Marquardt, then Adam polishes camera (focal included
+   when ``refine_focal``) and motion jointly.
+
+After each step the joint angles are projected onto the MJCF's limits and the camera
+kept in range. The loss is :mod:`mimic2dm.preprocess.losses` weighted by the config.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from mimic2dm.characters.base import CharacterSpec
+from mimic2dm.geometry import rotations as rot
+from mimic2dm.geometry.camera import project_points
+from mimic2dm.motion.keypoint_sets import load_keypoint_set
+from mimic2dm.preprocess import camera_init as ci
+from mimic2dm.preprocess import losses as L
+from mimic2dm.preprocess.kinematics import CharacterModel
+from mimic2dm.preprocess.lm import fit_poses
+
+CAMERA_KINDS = ("static", "dynamic")
+
+
+@dataclass
+class PreprocessConfig:
+    """Settings of :func:`fit_clip` (defaults used by ``mimic2dm preprocess``).
+
+    Scales: ``sigma_px`` is stated at 1080 px image height and rescaled (DESIGN 1).
+    """
+
+    camera: str = "static"
+    focal: float | None = None  # pixels; None: default_focal(image size)
+    refine_focal: bool = True
+    headings: int = 8
+    hypothesis_frames: int = 40
+    lm_iters: int = 10  # Levenberg-Marquardt iterations on the poses (each stage)
+    hypothesis_iters: int = 30  # stage 1: joint Adam before ranking hypotheses
+    iters: int = 100  # stage 2: joint Adam on every frame
+    lr: float = 0.03
+    polish_lr: float = 0.005
+    sigma_px: float = 5.0
+    w_reproj: float = 1.0
+    w_ground: float = 0.1
+    w_lowest: float = 1.0
+    w_skate: float = 0.005
+    w_smooth: float = 0.02
+    smooth_scale: float = 100.0  # m/s^2
+    w_prior: float = 0.005
+    w_upright: float = 0.1
+    w_limits: float = 10.0
+    w_focal_prior: float = 0.1  # on log(f / f0)
+    w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
+    w_camera_smooth: float = 0.05  # dynamic cameras: angular (rad/s^2 / 5) and linear (m/s^2 / 2) accelerations
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.camera not in CAMERA_KINDS:
+            raise ValueError(f"camera {self.camera!r} is not one of {', '.join(CAMERA_KINDS)}")
+        if self.focal is not None and not (math.isfinite(self.focal) and self.focal > 0):
+            raise ValueError(f"focal must be a finite number of pixels > 0, got {self.focal}")
+        if self.headings < 1 or self.iters < 0 or self.hypothesis_iters < 0 or self.hypothesis_frames < 2:
+            raise ValueError("headings >= 1, iters >= 0, hypothesis_iters >= 0, hypothesis_frames >= 2 required")
+
+
+@dataclass
+class FitResult:
+    """Output of :func:`fit_clip` for a clip of ``T`` frames (float32 numpy).
+
+    Attributes:
+        root_pos ``[T, 3]``, root_quat ``[T, 4]`` xyzw, dof_pos ``[T, J]`` (canonical DoF order);
+        root_lin_vel ``[T, 3]``, root_ang_vel ``[T, 3]`` (world frame), dof_vel ``[T, J]``;
+        keypoints3d ``[T, K, 3]`` estimated world keypoints;
+        camera_R ``[F, 3, 3]``, camera_t ``[F, 3]``, camera_intrinsics ``[F, 4]`` (F = 1 static, T dynamic);
+        info: hypothesis losses, chosen heading, final loss terms, timings.
+    """
+
+    root_pos: np.ndarray
+    root_quat: np.ndarray
+    dof_pos: np.ndarray
+    root_lin_vel: np.ndarray
+    root_ang_vel: np.ndarray
+    dof_vel: np.ndarray
+    keypoints3d: np.ndarray
+    camera_R: np.ndarray
+    camera_t: np.ndarray
+    camera_intrinsics: np.ndarray
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class _Problem:
+    """Variables ``[H, T, ...]`` of one optimisation stage and its loss."""
+
+    def __init__(self, model: CharacterModel, cfg: PreprocessConfig, uv, weight, fps, size, focal0):
+        self.model, self.cfg = model, cfg
+        self.uv, self.weight, self.fps = uv, weight, fps
+        self.width, self.height = size
+        self.focal0 = focal0
+        self.sigma = cfg.sigma_px * self.height / 1080.0
+        self.v: dict[str, torch.Tensor] = {}
+
+    # ---------------------------------------------------------------- camera
+    def cameras(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``R [H, F, 3, 3]``, ``t [H, F, 3]``, intrinsics ``[H, F, 4]``."""
+        v = self.v
+        pitch, roll, yaw = v["pitch"][:, None], v["roll"][:, None], None
+        centre = torch.stack([torch.zeros_like(v["height"]), torch.zeros_like(v["height"]), v["height"]], -1)[:, None]
+        if self.cfg.camera == "dynamic":
+            pitch, roll, yaw = pitch + v["d_pitch"], roll + v["d_roll"], v["d_yaw"]
+            centre = centre + v["d_pos"]
+        R = ci.camera_rotation(pitch, roll, yaw)
+        t = -(R @ centre[..., None])[..., 0]
+        f = self.focal0 * torch.exp(v["log_focal"])[:, None]
+        k = torch.stack([f, f, torch.full_like(f, self.width / 2), torch.full_like(f, self.height / 2)], -1)
+        return R, t, k
+
+    # ---------------------------------------------------------------- loss
+    def loss(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Total loss ``[H]`` and its weighted terms ``{name: [H]}``."""
+        cfg, v, m = self.cfg, self.v, self.model
+        kp, contact = m.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
+        R, t, k = self.cameras()
+        uv, _ = project_points(R, t, k, kp)
+        cz = contact[..., 2] - m.contact_radius
+        q = v["root_quat"] / v["root_quat"].norm(dim=-1, keepdim=True)
+        up_z = 1.0 - 2.0 * (q[..., 0].square() + q[..., 1].square())
+        terms = {
+            "reproj": cfg.w_reproj * L.robust_reprojection(uv, self.uv, self.weight, self.sigma),
+            "ground": cfg.w_ground * L.ground_penetration(kp[..., 2], cz),
+            "lowest": cfg.w_lowest * L.lowest_contact(cz),
+            "skate": cfg.w_skate * L.foot_skate(contact, m.contact_radius, self.fps),
+            "smooth": cfg.w_smooth * L.smoothness(kp, self.fps, cfg.smooth_scale),
+            "prior": cfg.w_prior * L.pose_prior(v["dof_pos"]),
+            "upright": cfg.w_upright * L.upright(up_z),
+            "limits": cfg.w_limits * L.joint_limits(v["dof_pos"], m.lower, m.upper),
+            "focal": cfg.w_focal_prior * v["log_focal"].square(),
+        }
+        if cfg.camera == "dynamic":
+            ang = torch.stack([v["d_yaw"], v["d_pitch"], v["d_roll"]], -1)
+            terms["camera"] = cfg.w_camera_motion * v["d_pos"].square().sum(-1).mean(-1) + cfg.w_camera_smooth * (
+                L.smoothness(ang, self.fps, 5.0) + L.smoothness(v["d_pos"], self.fps, 2.0)
+            ) + 10.0 * (ang[:, 0].square().sum(-1) + v["d_pos"][:, 0].square().sum(-1))
+        return sum(terms.values()), terms
+
+    def project_(self, upright: bool = False) -> None:
+        """Keep the variables feasible (after an optimiser step); ``upright``: turn the
+        root about the vertical only, so that the camera's pitch and roll explain the view."""
+        v = self.v
+        with torch.no_grad():
+            v["dof_pos"].copy_(self.model.clamp(v["dof_pos"]))
+            v["root_quat"].div_(v["root_quat"].norm(dim=-1, keepdim=True))
+            if upright:
+                v["root_quat"].copy_(rot.heading_quat(v["root_quat"]))
+            v["pitch"].clamp_(-1.4, 1.4)
+            v["height"].clamp_(min=0.05)
+            v["log_focal"].clamp_(-1.0, 1.0)
+
+    # ---------------------------------------------------------------- loop
+    def run(self, iters: int, rigid: int, focal: bool, progress=None, lr: float | None = None) -> torch.Tensor:
+        """Adam for ``iters`` steps (joint angles frozen for the first ``rigid``); final loss ``[H]``."""
+        lr = lr or self.cfg.lr
+        groups = [
+            {"params": [self.v["root_pos"]], "lr": lr},
+            {"params": [self.v["root_quat"]], "lr": lr},
+            {"params": [self.v["dof_pos"]], "lr": 2 * lr},
+            {"params": [self.v["height"], self.v["pitch"], self.v["roll"]], "lr": 0.5 * lr},
+        ]
+        if focal:
+            groups.append({"params": [self.v["log_focal"]], "lr": 0.3 * lr})
+        if self.cfg.camera == "dynamic":
+            groups.append({"params": [self.v[n] for n in ("d_yaw", "d_pitch", "d_roll", "d_pos")], "lr": 0.5 * lr})
+        for g in groups:
+            for p in g["params"]:
+                p.requires_grad_(True)
+        opt = torch.optim.Adam(groups)
+        base = [g["lr"] for g in groups]
+        for i in range(iters):
+            decay = 0.5 * (1 + math.cos(math.pi * i / max(iters, 1)))  # cosine to 0.05 of the rate
+            for g, b in zip(opt.param_groups, base, strict=True):
+                g["lr"] = b * (0.05 + 0.95 * decay)
+            opt.zero_grad(set_to_none=True)
+            total, _ = self.loss()
+            total.sum().backward()
+            if i < rigid:
+                self.v["dof_pos"].grad = None
+            opt.step()
+            self.project_(upright=i < rigid)
+            if progress is not None:
+                progress()
+        with torch.no_grad():
+            total, _ = self.loss()
+        return total
+
+
+    def fit_poses(self, iters: int, progress=None, free: bool = False) -> None:
+        """Levenberg-Marquardt on every frame's pose through the current cameras;
+        ``free``: without the upright prior and the ground (the camera is not levelled yet)."""
+        v, cfg = self.v, self.cfg
+        H, T = v["root_pos"].shape[:2]
+        with torch.no_grad():
+            R, t, k = (x.expand(H, T, *x.shape[2:]).reshape(H * T, *x.shape[2:]) for x in self.cameras())
+        weights = {"upright": cfg.w_upright, "prior": cfg.w_prior, "ground": cfg.w_ground}
+        if free:
+            weights |= {"upright": 0.0, "ground": 0.0}
+        obs, w = self.uv.expand(H, *self.uv.shape).reshape(H * T, -1, 2), self.weight.expand(H, *self.weight.shape).reshape(H * T, -1)
+        pos, quat, dof = fit_poses(
+            self.model, obs, w, (R, t, k), v["root_pos"].detach().reshape(H * T, 3),
+            v["root_quat"].detach().reshape(H * T, 4), v["dof_pos"].detach().reshape(H * T, -1),
+            self.sigma, weights, iters=iters, progress=progress,
+        )  # fmt: skip
+        with torch.no_grad():
+            v["root_pos"].copy_(pos.reshape(H, T, 3))
+            v["root_quat"].copy_(quat.reshape(H, T, 4))
+            v["dof_pos"].copy_(dof.reshape(H, T, -1))
+
+    def _ground_normal(self, body_up: torch.Tensor, prior_m: float = 0.1) -> torch.Tensor:
+        """``[H, 3]`` unit normal of the plane through each frame's lowest contact point
+        (where the feet touch the ground), regularised towards ``body_up [H, 3]`` (the root's
+        mean up axis) in the directions the points do not span (``prior_m`` metres of spread)."""
+        m, v = self.model, self.v
+        _, contact = m.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
+        low = (contact[..., 2] - m.contact_radius).argmin(-1)  # [H, T]
+        pts = torch.gather(contact, 2, low[..., None, None].expand(*low.shape, 1, 3))[:, :, 0]
+        d = pts - pts.mean(1, keepdim=True)
+        cov = d.transpose(1, 2) @ d / d.shape[1]
+        eye = torch.eye(3).expand_as(cov)
+        cov = cov + prior_m**2 * (eye - body_up[:, :, None] * body_up[:, None, :])
+        n = torch.linalg.eigh(cov).eigenvectors[..., 0]
+        return n * torch.sign((n * body_up).sum(-1, keepdim=True))
+
+    def level_(self) -> None:
+        """Gravity from the ground: turn the world (camera and motion, about the camera
+        centre) so that the plane of the feet's lowest points (:meth:`_ground_normal`) is
+        horizontal, take the camera's pitch and roll from the result, then put the ground
+        under the feet (a low quantile of each frame's lowest contact). Per hypothesis."""
+        v, m = self.v, self.model
+        with torch.no_grad():
+            H = v["root_pos"].shape[0]
+            q = rot.quat_normalize(v["root_quat"])
+            body_up = rot.quat_rotate(q, torch.tensor([0.0, 0.0, 1.0]).expand(q.shape[:-1] + (3,))).mean(1)
+            up = self._ground_normal(body_up / body_up.norm(dim=-1, keepdim=True))
+            z = torch.tensor([0.0, 0.0, 1.0]).expand(H, 3)
+            axis = torch.cross(up, z, dim=-1)
+            angle = torch.atan2(axis.norm(dim=-1), (up * z).sum(-1))
+            Q = rot.quat_from_axis_angle(axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-9), angle)
+            R = self.cameras()[0][:, 0]
+            fwd = (R @ rot.quat_to_matrix(Q).transpose(-1, -2))[:, 2]
+            Qt = rot.quat_mul(rot.quat_from_axis_angle(z, -torch.atan2(fwd[:, 1], fwd[:, 0])), Q)  # camera yaw 0
+            c = torch.stack([torch.zeros(H), torch.zeros(H), v["height"]], -1)[:, None]
+            v["root_pos"].copy_(rot.quat_rotate(Qt[:, None], v["root_pos"] - c) + c)
+            v["root_quat"].copy_(rot.quat_mul(Qt[:, None].expand_as(q), q))
+            Rn = R @ rot.quat_to_matrix(Qt).transpose(-1, -2)
+            fwd, right = Rn[:, 2], Rn[:, 0]
+            pitch = -torch.asin(fwd[:, 2].clamp(-1, 1))
+            right0 = torch.stack([torch.zeros(H), -torch.ones(H), torch.zeros(H)], -1)
+            down0 = torch.stack([-torch.sin(pitch), torch.zeros(H), -torch.cos(pitch)], -1)
+            v["pitch"].copy_(pitch)
+            v["roll"].copy_(torch.atan2((right * down0).sum(-1), (right * right0).sum(-1)))
+            _, contact = m.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
+            low = (contact[..., 2] - m.contact_radius).min(-1).values  # [H, T]
+            shift = torch.quantile(low, 0.2, dim=1)
+            v["root_pos"][..., 2] -= shift[:, None]
+            v["height"].sub_(shift)
+
+
+def _interp(x: torch.Tensor, src: np.ndarray, T: int) -> torch.Tensor:
+    """Linear interpolation of ``x [S, ...]`` known at frames ``src [S]`` to ``[T, ...]``."""
+    flat = x.detach().reshape(x.shape[0], -1).numpy()
+    out = np.stack([np.interp(np.arange(T), src, flat[:, j]) for j in range(flat.shape[1])], -1)
+    return torch.as_tensor(out, dtype=x.dtype).reshape(T, *x.shape[1:])
+
+
+def _continuous(q: torch.Tensor) -> torch.Tensor:
+    """Flip quaternion signs ``[T, 4]`` so that consecutive ones have a positive dot product."""
+    q = q.clone()
+    for i in range(1, q.shape[0]):
+        if (q[i] * q[i - 1]).sum() < 0:
+            q[i] = -q[i]
+    return q
+
+
+def velocities(root_pos, root_quat, dof_pos, fps: float):
+    """Finite-difference ``(root_lin_vel [T, 3], root_ang_vel [T, 3] world, dof_vel [T, J])``."""
+    T = root_pos.shape[0]
+    if T < 2:
+        z = torch.zeros_like
+        return z(root_pos), z(root_pos), z(dof_pos)
+    lin = torch.gradient(root_pos, spacing=1.0 / fps, dim=0)[0]
+    dof_vel = torch.gradient(dof_pos, spacing=1.0 / fps, dim=0)[0]
+    nxt = torch.cat([root_quat[1:], root_quat[-1:]])
+    prv = torch.cat([root_quat[:1], root_quat[:-1]])
+    steps = torch.full((T, 1), 2.0, dtype=root_pos.dtype)
+    steps[0], steps[-1] = 1.0, 1.0
+    ang = rot.quat_to_exp_map(rot.quat_mul(nxt, rot.quat_conjugate(prv))) * fps / steps
+    return lin, ang, dof_vel
+
+
+def _init_variables(model, spec, kset, uv, mask, fps, size, focal0, cfg, headings):
+    """Initial variables ``[H, T, ...]`` for each heading in ``headings [H]``."""
+    T = uv.shape[0]
+    pose = spec.default_pose
+    p0 = torch.tensor(pose.root_pos, dtype=torch.float32)
+    q_id = torch.tensor([0.0, 0.0, 0.0, 1.0])
+    dof0 = torch.tensor(pose.dof_pos, dtype=torch.float32)
+    rest, _ = model.forward(torch.zeros(3), q_id, dof0)
+    rk0 = rest[list(kset.root)].mean(0)  # root keypoint of the rest pose, root body at origin
+    k0 = torch.tensor([focal0, focal0, size[0] / 2, size[1] / 2])
+    depth = ci.initial_depths(uv, mask, kset, rest, focal0, fps, cfg.camera == "static")
+    root_kp, height = ci.initial_root_path(uv, mask, kset, depth, k0, float(rk0[2] + p0[2]))
+    H = headings.shape[0]
+    z = torch.tensor([0.0, 0.0, 1.0])
+    q = rot.quat_from_axis_angle(z.expand(H, 3), headings)  # [H, 4]
+    off = rot.quat_rotate(q, -rk0.expand(H, 3))  # root keypoint -> root body
+    off[:, 2] = -rk0[2]
+    v = {
+        "root_pos": (root_kp[None] + off[:, None]).clone(),
+        "root_quat": q[:, None].expand(H, T, 4).clone(),
+        "dof_pos": dof0.expand(H, T, -1).clone(),
+        "height": torch.full((H,), height),
+        "pitch": torch.zeros(H),
+        "roll": torch.zeros(H),
+        "log_focal": torch.zeros(H),
+    }
+    if cfg.camera == "dynamic":
+        v |= {n: torch.zeros(H, T) for n in ("d_yaw", "d_pitch", "d_roll")} | {"d_pos": torch.zeros(H, T, 3)}
+    return v
+
+
+def fit_clip(
+    spec: CharacterSpec,
+    keypoints: np.ndarray,
+    confidence: np.ndarray,
+    mask: np.ndarray,
+    fps: float,
+    image_size: tuple[int, int],
+    cfg: PreprocessConfig | None = None,
+    progress=None,
+) -> FitResult:
+    """Estimate the camera and the character's motion from one view of 2D keypoints.
+
+    Args:
+        spec: the character (its keypoint set must be the clip's).
+        keypoints: ``[T, K, 2]`` pixels (NaN allowed where masked); confidence, mask: ``[T, K]``.
+        fps: frame rate; image_size: ``(width, height)``.
+        cfg: settings; progress: callable ``(advance, total)`` or None.
+
+    Returns:
+        :class:`FitResult`.
+    """
+    cfg = cfg or PreprocessConfig()
+    t0 = time.perf_counter()
+    torch.manual_seed(cfg.seed)
+    model = CharacterModel(spec)
+    kset = load_keypoint_set(spec.keypoint_set)
+    T = keypoints.shape[0]
+    mask_t = torch.as_tensor(mask, dtype=torch.bool)
+    uv = torch.as_tensor(np.nan_to_num(keypoints), dtype=torch.float32)
+    weight = torch.as_tensor(confidence, dtype=torch.float32) * mask_t
+    focal0 = cfg.focal or ci.default_focal(*image_size)
+    headings = ci.heading_hypotheses(cfg.headings)
+    S = min(T, cfg.hypothesis_frames)
+    sub = np.unique(np.round(np.linspace(0, T - 1, S)).astype(int))
+    total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
+    tick = (lambda: progress(1, total_iters)) if progress else None
+    v_all = _init_variables(model, spec, kset, uv, mask_t, fps, image_size, focal0, cfg, headings)
+    info: dict[str, Any] = {"focal_init": focal0, "headings_deg": [round(math.degrees(h) % 360, 1) for h in headings]}
+    # stage 1: every hypothesis on a subset of frames: rigid camera + root fit, then poses
+    sub_fps = fps * (len(sub) - 1) / max(T - 1, 1)
+    prob = _Problem(model, cfg, uv[sub], weight[sub], sub_fps, image_size, focal0)
+    prob.v = {n: (x[:, sub] if x.ndim >= 2 and x.shape[1] == T else x).clone() for n, x in v_all.items()}
+    prob.fit_poses(cfg.lm_iters, tick, free=True)
+    prob.level_()
+    prob.fit_poses(cfg.lm_iters, tick)
+    losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
+    best = int(torch.argmin(losses))
+    info["hypothesis_loss"] = [round(float(x), 4) for x in losses]
+    info["heading_deg"] = info["headings_deg"][best]
+    v_all = {}
+    for n, x in prob.v.items():  # the best hypothesis, interpolated to every frame
+        x = x.detach()[best : best + 1]
+        if x.ndim >= 2 and x.shape[1] == len(sub):
+            if n == "root_quat":
+                x = _continuous(x[0])[None]
+            x = _interp(x[0], sub, T)[None]
+        v_all[n] = x.clone()
+    # stage 2: every frame: poses through the chosen camera, then everything jointly
+    prob = _Problem(model, cfg, uv, weight, fps, image_size, focal0)
+    prob.v = v_all
+    if len(sub) < T:
+        prob.fit_poses(cfg.lm_iters, tick)
+    prob.run(cfg.iters, 0, cfg.refine_focal, tick, lr=cfg.polish_lr)
+    with torch.no_grad():
+        total, terms = prob.loss()
+        R, t, k = (x[0] for x in prob.cameras())
+        v = {n: x.detach()[0] for n, x in prob.v.items()}
+        q = rot.quat_normalize(_continuous(v["root_quat"]))
+        kp, _ = model.forward(v["root_pos"], q, v["dof_pos"])
+        lin, ang, dvel = velocities(v["root_pos"], q, v["dof_pos"], fps)
+    info |= {
+        "loss": float(total[0]),
+        "terms": {n: round(float(x[0]), 5) for n, x in terms.items()},
+        "focal": float(k[0, 0]),
+        "seconds": time.perf_counter() - t0,
+        "config": asdict(cfg),
+    }
+    npy = lambda x: x.detach().numpy().astype(np.float32)  # noqa: E731
+    return FitResult(
+        root_pos=npy(v["root_pos"]), root_quat=npy(q), dof_pos=npy(v["dof_pos"]),
+        root_lin_vel=npy(lin), root_ang_vel=npy(ang), dof_vel=npy(dvel), keypoints3d=npy(kp),
+        camera_R=npy(R), camera_t=npy(t), camera_intrinsics=npy(k), info=info,
+    )  # fmt: skip

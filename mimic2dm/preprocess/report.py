@@ -1,0 +1,114 @@
+"""Accuracy of preprocessing against ground truth (``mimic2dm preprocess --gt``).
+
+The estimate lives in its own gauge (camera at the origin, yaw 0; see
+:mod:`mimic2dm.preprocess.camera_init`). Before comparing cameras it is brought into
+the ground truth's by the rotation about z and the horizontal translation that best
+align the estimated 3D keypoints with the true ones (the ground plane is shared, so
+heights are not aligned). Pose errors need no such alignment:
+
+- ``mpjpe_mm``: root-aligned MPJPE in the camera frame (each camera's view of the body,
+  with each frame's keypoint root, the set's ``root`` keypoints' mean, subtracted);
+- ``pa_mpjpe_mm``: MPJPE after a per-frame similarity Procrustes alignment;
+- ``reprojection_px``: mean distance between the estimate projected through the
+  estimated camera and the observed keypoints the optimiser saw (masked ones skipped);
+  ``reprojection_gt_px``: the same against the noise-free projection of the ground truth;
+- ``camera_rotation_deg`` / ``camera_position_m``: mean over frames of the angle of
+  ``R_gt^T R_est`` and of the distance between camera centres, after the alignment;
+- ``focal_error_pct``: relative error of the focal length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mimic2dm.geometry.camera import project_points
+from mimic2dm.motion.format import Motion2D
+from mimic2dm.motion.keypoint_sets import load_keypoint_set
+from mimic2dm.preprocess.camera_init import numpy_rotation_angle
+
+
+def align_ground(est: np.ndarray, gt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rotation about z ``A [3, 3]`` and translation ``b [3]`` (z = 0) minimising
+    ``|A est + b - gt|`` over the x, y coordinates of all points ``[..., 3]``."""
+    e, g = est.reshape(-1, 3)[:, :2], gt.reshape(-1, 3)[:, :2]
+    ec, gc = e - e.mean(0), g - g.mean(0)
+    theta = np.arctan2((ec[:, 0] * gc[:, 1] - ec[:, 1] * gc[:, 0]).sum(), (ec * gc).sum())
+    c, s = np.cos(theta), np.sin(theta)
+    A = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    b = np.zeros(3)
+    b[:2] = g.mean(0) - A[:2, :2] @ e.mean(0)
+    return A, b
+
+
+def root_aligned_mpjpe(est: np.ndarray, gt: np.ndarray, root: tuple[int, ...]) -> float:
+    """Mean per-joint position error (mm) of ``[T, K, 3]`` poses after subtracting each
+    frame's root (mean of keypoints ``root``); pass camera-frame poses (the world's yaw
+    is a gauge of monocular estimates, the camera's view of the body is not)."""
+    e = est - est[:, list(root)].mean(1, keepdims=True)
+    g = gt - gt[:, list(root)].mean(1, keepdims=True)
+    return float(np.linalg.norm(e - g, axis=-1).mean() * 1000.0)
+
+
+def pa_mpjpe(est: np.ndarray, gt: np.ndarray) -> float:
+    """MPJPE (mm) after a per-frame similarity (rotation, translation, scale) alignment."""
+    e = est - est.mean(1, keepdims=True)
+    g = gt - gt.mean(1, keepdims=True)
+    u, s, vt = np.linalg.svd(np.einsum("tki,tkj->tij", e, g))
+    d = np.sign(np.linalg.det(np.einsum("tij,tjk->tik", u, vt)))
+    s[:, 2] *= d
+    u[:, :, 2] *= d[:, None]
+    R = np.einsum("tij,tjk->tik", u, vt)  # e @ R ~ g
+    scale = s.sum(1) / np.square(e).sum((1, 2)).clip(1e-12)
+    aligned = scale[:, None, None] * np.einsum("tki,tij->tkj", e, R)
+    return float(np.linalg.norm(aligned - g, axis=-1).mean() * 1000.0)
+
+
+def _project(R, t, k, points: np.ndarray) -> np.ndarray:
+    f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
+    uv, _ = project_points(f(R), f(t), f(k), f(points))
+    return uv.numpy()
+
+
+def _to_camera(R: np.ndarray, t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """World points ``[T, K, 3]`` in the camera frame of each frame (``R [T, 3, 3]``, ``t [T, 3]``)."""
+    return np.einsum("tij,tkj->tki", R, p) + t[:, None]
+
+
+def _per_frame(x: np.ndarray, T: int) -> np.ndarray:
+    return np.broadcast_to(x, (T, *x.shape[1:])) if x.shape[0] == 1 else x
+
+
+def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict[str, float]:
+    """Errors of the estimate ``est`` (a preprocessed clip: cameras + ``est_keypoints3d``)
+    against ``gt`` (the unstripped clip: cameras + ``keypoints3d``), view ``view`` of ``gt``.
+
+    Args:
+        clip: the input the optimiser saw (its 2D keypoints and mask).
+    """
+    T = clip.num_frames
+    kset = load_keypoint_set(clip.keypoint_set)
+    e3, g3 = est.est_keypoints3d.astype(np.float64), gt.keypoints3d.astype(np.float64)
+    Re, te, ke = (_per_frame(x[0].astype(np.float64), T) for x in (est.camera_R, est.camera_t, est.camera_intrinsics))
+    Rg, tg, kg = (_per_frame(x[view].astype(np.float64), T) for x in (gt.camera_R, gt.camera_t, gt.camera_intrinsics))
+    mask = clip.mask()[0]
+    uv = _project(Re, te, ke, e3)
+    err = np.linalg.norm(uv - np.nan_to_num(clip.keypoints[0]), axis=-1)
+    err_gt = np.linalg.norm(uv - _project(Rg, tg, kg, g3), axis=-1)
+    A, b = align_ground(e3, g3)
+    # world points p_gt = A p_est + b, so the estimated camera in the GT frame is
+    # R' = R_est A^T and centre c' = A c_est + b
+    Ra = np.einsum("tij,kj->tik", Re, A)
+    ce = -np.einsum("tji,tj->ti", Re, te)
+    ca = ce @ A.T + b
+    cg = -np.einsum("tji,tj->ti", Rg, tg)
+    return {
+        "frames": T,
+        "reprojection_px": float(err[mask].mean()) if mask.any() else float("nan"),
+        "reprojection_gt_px": float(err_gt.mean()),
+        "mpjpe_mm": root_aligned_mpjpe(_to_camera(Re, te, e3), _to_camera(Rg, tg, g3), kset.root),
+        "pa_mpjpe_mm": pa_mpjpe(e3, g3),
+        "camera_rotation_deg": float(numpy_rotation_angle(Rg, Ra).mean()),
+        "camera_position_m": float(np.linalg.norm(ca - cg, axis=-1).mean()),
+        "focal_error_pct": float(100.0 * np.abs(ke[:, 0] / kg[:, 0] - 1.0).mean()),
+    }

@@ -1,0 +1,25 @@
+"""Shared set-up of the generator tests (``tests/test_generators_*.py``): the CMU clips and
+small real view datasets built from them."""
+
+from pathlib import Path
+
+import pytest
+
+MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+HAVE_MOCAP = (MOCAP / "cmu_walk.npz").is_file()
+needs_mocap = pytest.mark.skipif(not HAVE_MOCAP, reason=f"CMU clips not found in {MOCAP}")
+
+
+def build_views(tmp_path_factory, name: str = "views", **spec):
+    """A view dataset of CMU walk and run (``ViewDatasetSpec(**spec)``) in a fresh folder.
+
+    Returns:
+        ``(folder, spec, written files)``; skips the test where the clips are absent.
+    """
+    from mimic2dm.generators.data import ViewDatasetSpec, build_view_dataset
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"CMU clips not found in {MOCAP}")
+    out = tmp_path_factory.mktemp(name)
+    s = ViewDatasetSpec(**{"clips": ("cmu_walk", "cmu_run"), **spec})
+    return out, s, build_view_dataset(out, s, MOCAP)
