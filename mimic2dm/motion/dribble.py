@@ -36,6 +36,8 @@ MAX_KICK_SPEED = 15.0
 """Upper bound (m/s) of the kick speed search: a hard shot."""
 HEADING_WINDOW_S = 0.5
 """The heading is the root velocity averaged over this window (s): steady through strides."""
+MIN_STEP_S = 0.3
+"""Two landings of one foot closer than this (s) are one step."""
 
 
 @dataclass
@@ -70,10 +72,15 @@ def _scene_xml(dt: float) -> str:
     )
 
 
-def _touchdowns(z: np.ndarray) -> np.ndarray:
-    """Frames where a foot with ankle height ``z [T]`` lands (first frame of each contact)."""
+def _touchdowns(z: np.ndarray, min_gap: int) -> list[int]:
+    """Frames where a foot with ankle height ``z [T]`` lands (first frame of each contact);
+    a landing within ``min_gap`` frames of the previous one is the same step (mocap jitter)."""
     on = z <= z.min() + CONTACT_HEIGHT
-    return np.flatnonzero(on[1:] & ~on[:-1]) + 1
+    out: list[int] = []
+    for k in np.flatnonzero(on[1:] & ~on[:-1]) + 1:
+        if not out or k - out[-1] >= min_gap:
+            out.append(int(k))
+    return out
 
 
 def _heading(root: np.ndarray, fps: float) -> np.ndarray:
@@ -83,7 +90,9 @@ def _heading(root: np.ndarray, fps: float) -> np.ndarray:
     d = root[np.minimum(idx + w, len(idx) - 1), :2] - root[np.maximum(idx - w, 0), :2]
     n = np.linalg.norm(d, axis=1, keepdims=True)
     if (n < 1e-6).any():
-        raise ValueError("compose_dribble: the clip does not travel (a dribble needs a walk or a run)")
+        raise ValueError(
+            "compose_dribble: the clip does not travel (a dribble needs a walk or a run)"
+        )
     return d / n
 
 
@@ -133,11 +142,12 @@ class _Ball:
             return np.zeros(2)
         u = d / dist
         lo, hi = 0.0, MAX_KICK_SPEED
-        for _ in range(30):  # the distance rolled grows with the kick speed
+        for _ in range(20):  # the distance rolled grows with the kick speed (15 m/s / 2^20 ~ 1e-5)
             mid = 0.5 * (lo + hi)
             self.load(start)
             self.kick(mid * u)
-            end = self.step_frames(frames)[-1, :2]
+            self.mj.mj_step(self.model, self.data, nstep=frames * self.substeps)
+            end = self.data.qpos[:2]
             lo, hi = (mid, hi) if float((end - start[0][:2]) @ u) < dist else (lo, mid)
         self.load(start)
         return 0.5 * (lo + hi) * u
@@ -165,27 +175,39 @@ def compose_dribble(
     ankles = [kset.index("left_ankle"), kset.index("right_ankle")]
     heading = _heading(root_trajectory(kp, keypoint_set), fps)
     # kick with the foot that lands most often (a touch every gait cycle)
-    downs = [_touchdowns(kp[:, a, 2]) for a in ankles]
+    downs = [_touchdowns(kp[:, a, 2], int(round(MIN_STEP_S * fps))) for a in ankles]
     foot = int(np.argmax([len(d) for d in downs]))
-    kicks = [int(k) for k in downs[foot]]
+    kicks = [k for k in downs[foot] if k > 0]
     if not kicks:
         raise ValueError("compose_dribble: no foot contact found in the clip")
     points = [kp[k, ankles[foot], :2] + BALL_AHEAD * heading[k] for k in kicks]
     ball = _Ball(fps)
     T = kp.shape[0]
     track = np.empty((T, 3))
-    ball.place(points[0])
-    track[: kicks[0] + 1] = ball.data.qpos[:3]  # at rest where the first touch will find it
+    # the clip opens just after a touch: the ball starts ahead of the character, rolling to the first kick
+    ball.place(kp[0, ankles[foot], :2] + BALL_AHEAD * heading[0])
+    track[0] = ball.data.qpos[:3]
+    ball.kick(ball.aim(points[0], kicks[0]))
+    track[1 : kicks[0] + 1] = ball.step_frames(kicks[0])
     for i, k in enumerate(kicks):
         nxt = kicks[i + 1] if i + 1 < len(kicks) else None
         # after the last touch: a final kick as long as the previous one, then it rolls out
         span = (nxt - k) if nxt is not None else (k - kicks[i - 1] if i else T - 1 - k)
-        target = points[i + 1] if nxt is not None else ball.data.qpos[:2] + (points[i] - points[i - 1] if i else 0.0)
+        target = (
+            points[i + 1]
+            if nxt is not None
+            else ball.data.qpos[:2] + (points[i] - points[i - 1] if i else 0.0)
+        )
         ball.kick(ball.aim(np.asarray(target, dtype=np.float64), max(1, span)))
         end = nxt if nxt is not None else T - 1
         if end > k:
             track[k + 1 : end + 1] = ball.step_frames(end - k)
-    info = {"loop": loop, "kicks": kicks, "kick_foot": ["left", "right"][foot], "ball_ahead_m": BALL_AHEAD}
+    info = {
+        "loop": loop,
+        "kicks": kicks,
+        "kick_foot": ["left", "right"][foot],
+        "ball_ahead_m": BALL_AHEAD,
+    }
     return Dribble(kp.astype(np.float32), track.astype(np.float32), kicks, ball.radius, info)
 
 

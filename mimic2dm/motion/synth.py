@@ -105,6 +105,7 @@ def synthesize_views(
     noise_px: float = 0.0,
     drop_prob: float = 0.0,
     object3d: np.ndarray | None = None,
+    object_radius: float | None = None,
     camera_config: VirtualCameraConfig | None = None,
     labels: dict[str, str] | None = None,
     meta: dict[str, Any] | None = None,
@@ -121,6 +122,7 @@ def synthesize_views(
         noise_px: std of the Gaussian pixel noise per coordinate.
         drop_prob: probability of dropping a keypoint (confidence 0).
         object3d: optional ``[T, 3]`` object (ball) positions, projected to ``object_center``.
+        object_radius: the object is a sphere of this radius (m): also write ``object_box``.
         camera_config: sampling ranges (default DESIGN 1: 1920x1080).
         labels, meta: stored in the clip (``meta`` gains the synthesis settings).
 
@@ -155,18 +157,32 @@ def synthesize_views(
         labels=dict(labels or {}),
         meta={**(meta or {}), **info},
         **camera_arrays(cams, kp3.shape[0]),
-        **_object_track(cams, object3d),
+        **_object_track(cams, object3d, object_radius),
     )
 
 
-def _object_track(cams: list[Camera], object3d: np.ndarray | None) -> dict[str, np.ndarray]:
-    """``object_center [V, T, 2]``, ``object_confidence [V, T]`` and ``object3d [T, 3]`` (or {})."""
+def _object_track(
+    cams: list[Camera], object3d: np.ndarray | None, radius: float | None = None
+) -> dict[str, np.ndarray]:
+    """``object_center [V, T, 2]``, ``object_confidence [V, T]``, ``object3d [T, 3]`` and, for
+    a sphere of ``radius``, ``object_box [V, T, 4]`` (or {} without an object)."""
     if object3d is None:
         return {}
     pos = np.asarray(object3d, dtype=np.float64)
     tracks = [project_view(cam, pos[:, None]) for cam in cams]
-    return {
+    out = {
         "object_center": np.stack([uv[:, 0] for uv, _ in tracks]).astype(np.float32),
         "object_confidence": np.stack([vis[:, 0] for _, vis in tracks]).astype(np.float32),
         "object3d": pos.astype(np.float32),
     }
+    if radius is not None:
+        boxes = []
+        for cam, (uv, _) in zip(cams, tracks, strict=True):
+            _, z = cam.project(torch.as_tensor(pos[:, None], dtype=torch.float32))
+            # a sphere's image is about f r / depth pixels in radius (pinhole, away from the border)
+            depth = np.maximum(z.numpy()[:, 0].astype(np.float64), MIN_DEPTH)
+            f = cam.intrinsics.detach().cpu().numpy().astype(np.float64)[:, :2]
+            half = radius * np.broadcast_to(f, (pos.shape[0], 2)) / depth[:, None]
+            boxes.append(np.concatenate([uv[:, 0] - half, uv[:, 0] + half], axis=1))
+        out["object_box"] = np.stack(boxes).astype(np.float32)
+    return out

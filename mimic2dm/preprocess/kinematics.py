@@ -104,6 +104,19 @@ class CharacterModel:
         self._contact_body, self._contact_off = torch.as_tensor(cb), as_t(coff)
         self.contact_radius = as_t(crad)
         self._cache: dict[torch.dtype, dict[str, torch.Tensor]] = {}
+        self._axes = as_t(axes)
+        self._dof_body = torch.as_tensor(list(tree.dof_body))
+        self._dof_slot = torch.as_tensor([int(np.flatnonzero(table[b] == j)[0]) for j, b in enumerate(tree.dof_body)])
+        # hinge j moves a point on body b iff j's body is b or one of its ancestors
+        below = np.zeros((J, B), dtype=bool)
+        for j, b in enumerate(tree.dof_body):
+            for c in range(B):
+                a = c
+                while a >= 0 and a != b:
+                    a = tree.parents[a]
+                below[j, c] = a == b
+        self.site_below = torch.as_tensor(below[:, self._site_body.numpy()])  # [J, K]
+        self.contact_below = torch.as_tensor(below[:, self._contact_body.numpy()])  # [J, C]
 
     def clamp(self, dof_pos: torch.Tensor) -> torch.Tensor:
         """Joint angles ``[..., J]`` projected onto the limits."""
@@ -112,12 +125,13 @@ class CharacterModel:
     def _consts(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """The model's float constants in ``dtype`` (cached)."""
         if dtype not in self._cache:
-            names = ("_K", "_K2", "_offsets", "_site_off", "_contact_off")
+            names = ("_K", "_K2", "_offsets", "_site_off", "_contact_off", "_axes")
             self._cache[dtype] = {n: getattr(self, n).to(dtype) for n in names}
         return self._cache[dtype]
 
-    def bodies(self, root_pos: torch.Tensor, root_quat: torch.Tensor, dof_pos: torch.Tensor):
-        """Body frames: ``(pos [..., B, 3], rot [..., B, 3, 3])`` (root_quat xyzw, any norm > 0)."""
+    def bodies(self, root_pos: torch.Tensor, root_quat: torch.Tensor, dof_pos: torch.Tensor, with_axes: bool = False):
+        """Body frames: ``(pos [..., B, 3], rot [..., B, 3, 3])`` (root_quat xyzw, any norm > 0),
+        plus the hinges' world axes ``[..., J, 3]`` when ``with_axes``."""
         k = self._consts(dof_pos.dtype)
         s, c = torch.sin(dof_pos)[..., None, None], torch.cos(dof_pos)[..., None, None]
         hinge = torch.eye(3, dtype=dof_pos.dtype) + s * k["_K"] + (1 - c) * k["_K2"]  # [..., J, 3, 3]
@@ -137,7 +151,35 @@ class CharacterModel:
             Rs.append(R), ps.append(p)
         pos = torch.cat(ps, dim=-2)[..., self._unpermute, :]
         rot = torch.cat(Rs, dim=-3)[..., self._unpermute, :, :]
+        if with_axes:
+            return pos, rot, self._world_axes(hinge, rot, k)
         return pos, rot
+
+    def _world_axes(self, hinge: torch.Tensor, rot: torch.Tensor, k: dict) -> torch.Tensor:
+        """World axes ``[..., J, 3]`` of every hinge: ``R_body (H_{m+1} ... H_last)^T a_j`` for
+        hinge ``j`` in slot ``m`` of its body (the hinges after it turn the body frame further)."""
+        after = torch.eye(3, dtype=hinge.dtype).expand(*hinge.shape[:-3], len(self.spec.body_names), 3, 3)
+        suffix = [None] * self._slots.shape[1]
+        for m in range(self._slots.shape[1] - 1, -1, -1):
+            suffix[m] = after
+            after = hinge[..., self._slots[:, m], :, :] @ after
+        suffix = torch.stack(suffix, dim=-4)  # [..., S, B, 3, 3]
+        A = suffix[..., self._dof_slot, self._dof_body, :, :]  # [..., J, 3, 3]
+        local = (A.transpose(-1, -2) @ k["_axes"][..., None])[..., 0]
+        return (rot[..., self._dof_body, :, :] @ local[..., None])[..., 0]
+
+    def jacobian_parts(self, root_pos, root_quat, dof_pos):
+        """Everything a geometric Jacobian needs, from one forward pass.
+
+        Returns:
+            ``(keypoints [..., K, 3], contacts [..., C, 3], root_rot [..., 3, 3],
+            axes [..., J, 3], pivots [..., J, 3])``: world hinge axes and the body origins
+            they turn about. ``d p / d q_j = axes_j x (p - pivots_j)`` for a point ``p``
+            below hinge ``j`` (:attr:`site_below` / :attr:`contact_below`), else 0.
+        """
+        pos, rot, axes = self.bodies(root_pos, root_quat, dof_pos, with_axes=True)
+        kp, ct = self._points(pos, rot, self._consts(dof_pos.dtype))
+        return kp, ct, rot[..., 0, :, :], axes, pos[..., self._dof_body, :]
 
     def forward(self, root_pos, root_quat, dof_pos) -> tuple[torch.Tensor, torch.Tensor]:
         """Keypoints ``[..., K, 3]`` and contact-point heights above their surface ``[..., C, 3]``.
@@ -150,7 +192,9 @@ class CharacterModel:
             ``contact_radius`` is the height of the geom's surface there.
         """
         pos, rot = self.bodies(root_pos, root_quat, dof_pos)
-        k = self._consts(dof_pos.dtype)
+        return self._points(pos, rot, self._consts(dof_pos.dtype))
+
+    def _points(self, pos, rot, k) -> tuple[torch.Tensor, torch.Tensor]:
         sb, cb = self._site_body, self._contact_body
         kp = pos[..., sb, :] + (rot[..., sb, :, :] @ k["_site_off"][..., None])[..., 0]
         ct = pos[..., cb, :] + (rot[..., cb, :, :] @ k["_contact_off"][..., None])[..., 0]

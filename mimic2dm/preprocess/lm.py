@@ -4,8 +4,9 @@ Each frame (and hypothesis) is one small least-squares problem in ``6 + J`` unkn
 (root position, a rotation-vector update of the root orientation, joint angles):
 reprojection residuals (confidence-weighted, iteratively reweighted with the same
 pseudo-Huber as the loss), the weak pose prior, the upright prior and the ground
-penetration. Jacobians are forward differences of one batched forward kinematics of
-``(7 + J) N`` poses; joint angles are projected onto their limits after every step.
+penetration. Jacobians are geometric (hinge axis x lever arm, from one forward pass
+with :meth:`~mimic2dm.preprocess.kinematics.CharacterModel.jacobian_parts`); joint angles
+are projected onto their limits after every step.
 Adam then polishes every frame jointly with the temporal terms and the camera
 (:mod:`mimic2dm.preprocess.optimize`); Gauss-Newton steps converge in ~10 iterations
 where first-order ones needed hundreds.
@@ -16,23 +17,56 @@ from __future__ import annotations
 import torch
 
 from mimic2dm.geometry import rotations as rot
-from mimic2dm.geometry.camera import project_points
 from mimic2dm.preprocess.kinematics import CharacterModel
 
 
-def _residual(model, p, q0, obs, sw, R, t, k, sigma, w):
-    """Residuals ``[..., M]`` of params ``p [..., 6 + J]`` (other inputs broadcast)."""
+def _point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
+    """``[N, Q, 3, P]``: derivatives of world points ``[N, Q, 3]`` w.r.t. ``[pos 3, rotvec 3, dofs J]``
+    (the rotation vector turns the root in its own frame)."""
+    N, Q, _ = points.shape
+    eye = torch.eye(3, dtype=points.dtype).expand(N, Q, 3, 3)
+    rel = points - pos[:, None]
+    d_rot = torch.cross(root_rot.transpose(1, 2)[:, None], rel[:, :, None].expand(N, Q, 3, 3), dim=-1)  # [N, Q, i, 3]
+    d_dof = torch.cross(axes[:, None], points[:, :, None] - pivots[:, None], dim=-1)  # [N, Q, J, 3]
+    d_dof = d_dof * below.T[None, :, :, None].to(points.dtype)
+    return torch.cat([eye, d_rot.transpose(2, 3), d_dof.transpose(2, 3)], dim=-1)
+
+
+def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = False):
+    """Residuals ``[N, M]`` of params ``p [N, 6 + J]`` (and their Jacobian ``[N, M, 6 + J]``);
+    ``nb [N, J]``: the mean joint angles of the neighbouring frames."""
     quat = rot.quat_mul(q0, rot.exp_map_to_quat(p[..., 3:6]))
     dof = p[..., 6:]
-    kp, contact = model.forward(p[..., :3], quat, dof)
-    uv, _ = project_points(R, t, k, kp)
-    r_uv = ((uv - obs) / sigma * sw[..., None]).flatten(-2)
+    J = dof.shape[-1]
+    if jacobian:
+        kp, contact, root_rot, axes, pivots = model.jacobian_parts(p[..., :3], quat, dof)
+    else:
+        kp, contact = model.forward(p[..., :3], quat, dof)
+    X = torch.einsum("nij,nkj->nki", R, kp) + t[:, None]
+    z = X[..., 2:3].clamp_min(1e-3)
+    uv = X[..., :2] / z * k[:, None, :2] + k[:, None, 2:]
+    scale = (sw / sigma)[..., None]
+    r_uv = ((uv - obs) * scale).flatten(-2)
     up = rot.quat_rotate(quat, torch.tensor([0.0, 0.0, 1.0], dtype=p.dtype).expand(quat.shape[:-1] + (3,)))
-    r_up = (w["upright"] / 2) ** 0.5 * up[..., :2]
-    r_prior = (w["prior"] / dof.shape[-1]) ** 0.5 * dof
+    c_up, c_prior = (w["upright"] / 2) ** 0.5, (w["prior"] / J) ** 0.5
+    c_ground, c_time = (w["ground"] / contact.shape[-2]) ** 0.5 / 0.01, (w["temporal"] / J) ** 0.5 / 0.1
     cz = contact[..., 2] - model.contact_radius.to(p.dtype)
-    r_ground = (w["ground"] / cz.shape[-1]) ** 0.5 * torch.relu(-cz) / 0.01
-    return torch.cat([r_uv, r_up, r_prior, r_ground], dim=-1)
+    r = torch.cat([r_uv, c_up * up[..., :2], c_prior * dof, c_ground * torch.relu(-cz), c_time * (dof - nb)], -1)
+    if not jacobian:
+        return r
+    N, P = p.shape
+    G = _point_jacobian(kp, p[:, :3], root_rot, axes, pivots, model.site_below)  # [N, K, 3, P]
+    f = k[:, None, :2, None] / z[..., None]  # [N, K, 1, 1] -> per row of D
+    D = f * (R[:, None, :2, :] - (X[..., :2] / z)[..., None] * R[:, None, 2:3, :])  # [N, K, 2, 3]
+    J_uv = (scale[..., None] * (D @ G)).flatten(1, 2)
+    J_up = torch.zeros(N, 2, P, dtype=p.dtype)
+    J_up[:, :, 3:6] = c_up * torch.cross(root_rot.transpose(1, 2), up[:, None].expand(N, 3, 3), dim=-1).transpose(1, 2)[:, :2]
+    eyeJ = torch.eye(J, dtype=p.dtype).expand(N, J, J)
+    J_prior = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_prior * eyeJ], -1)
+    Gc = _point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[:, :, 2]  # [N, C, P]
+    J_ground = -c_ground * (cz < 0).to(p.dtype)[..., None] * Gc
+    J_time = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_time * eyeJ], -1)
+    return r, torch.cat([J_uv, J_up, J_prior, J_ground, J_time], dim=1)
 
 
 def fit_poses(
@@ -45,9 +79,9 @@ def fit_poses(
     dof_pos: torch.Tensor,
     sigma: float,
     weights: dict[str, float],
+    frames: tuple[int, int] | None = None,
     iters: int = 10,
     delta: float = 2.0,
-    eps: float = 1e-4,
     progress=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fit ``N`` poses to 2D keypoints through fixed cameras.
@@ -56,8 +90,12 @@ def fit_poses(
         obs: ``[N, K, 2]`` pixels; weight: ``[N, K]`` confidences (0 = masked).
         cams: ``(R [N, 3, 3], t [N, 3], intrinsics [N, 4])``.
         root_pos ``[N, 3]``, root_quat ``[N, 4]`` xyzw, dof_pos ``[N, J]``: initial poses.
-        sigma: pixel error that counts as 1; weights: ``upright``, ``prior``, ``ground``.
-        iters: LM iterations; delta: pseudo-Huber knee (units of sigma); eps: difference step.
+        sigma: pixel error that counts as 1; weights: ``upright``, ``prior``, ``ground``,
+            ``temporal`` (joint angles towards their neighbours' mean, per 0.1 rad).
+        frames: ``(H, T)`` when the ``N`` rows are ``H`` sequences of ``T`` frames: the
+            temporal residual then pulls each frame's joint angles towards the previous
+            iterate's neighbours (Jacobi style), so that frames agree on ambiguous limbs.
+        iters: LM iterations; delta: pseudo-Huber knee (units of sigma).
         progress: called once per iteration.
 
     Returns:
@@ -71,11 +109,18 @@ def fit_poses(
     p = torch.cat([root_pos.to(dt), torch.zeros_like(root_pos, dtype=dt), dof_pos.to(dt).clamp(lo, hi)], -1)
     N, P = p.shape
     lam = torch.full((N,), 1e-2, dtype=dt)
-    delta_eye = eps * torch.eye(P, dtype=dt)
 
-    def residual(pp, q, sw, batch=False):
-        ex = (lambda x: x[:, None]) if batch else (lambda x: x)
-        return _residual(model, pp, ex(q), ex(obs), ex(sw), ex(R), ex(t), ex(k), sigma, weights)
+    def neighbours(dof):
+        if frames is None or frames[1] < 3:
+            return dof
+        d = dof.reshape(*frames, -1)
+        mid = torch.cat([d[:, 1:2], 0.5 * (d[:, :-2] + d[:, 2:]), d[:, -2:-1]], dim=1)
+        return mid.reshape(dof.shape)
+
+    nb = neighbours(p[:, 6:])
+
+    def residual(pp, q, sw, jacobian=False):
+        return _residual(model, pp, q, obs, sw, R, t, k, sigma, weights, nb, jacobian)
 
     def robust_w(r_uv2):
         return weight * (1.0 + r_uv2 / delta**2).rsqrt()
@@ -84,10 +129,8 @@ def fit_poses(
     for _ in range(iters):
         r = residual(p, q0, torch.ones_like(weight))
         sw = robust_w(r[:, :Kx2].reshape(N, -1, 2).square().sum(-1)).sqrt()
-        r = residual(p, q0, sw)
+        r, jac = residual(p, q0, sw, jacobian=True)  # [N, M], [N, M, P]
         cost = r.square().sum(-1)
-        rp = residual(p[:, None] + delta_eye, q0, sw, batch=True)  # [N, P, M]
-        jac = ((rp - r[:, None]) / eps).transpose(1, 2)  # [N, M, P]
         jtj = jac.transpose(1, 2) @ jac
         g = (jac.transpose(1, 2) @ r[..., None])[..., 0]
         damp = torch.diag_embed(torch.diagonal(jtj, dim1=1, dim2=2).clamp_min(1e-6))
@@ -102,6 +145,7 @@ def fit_poses(
         # re-base the orientation so that the rotation vector stays small
         q0 = rot.quat_normalize(rot.quat_mul(q0, rot.exp_map_to_quat(p[:, 3:6])))
         p = torch.cat([p[:, :3], torch.zeros_like(p[:, 3:6]), p[:, 6:]], -1)
+        nb = neighbours(p[:, 6:])
         if progress is not None:
             progress()
     f = torch.float32

@@ -65,6 +65,7 @@ class PreprocessConfig:
     smooth_scale: float = 100.0  # m/s^2
     w_prior: float = 0.005
     w_upright: float = 0.1
+    w_temporal: float = 1.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
     w_limits: float = 10.0
     w_focal_prior: float = 0.1  # on log(f / f0)
     w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
@@ -216,14 +217,14 @@ class _Problem:
         H, T = v["root_pos"].shape[:2]
         with torch.no_grad():
             R, t, k = (x.expand(H, T, *x.shape[2:]).reshape(H * T, *x.shape[2:]) for x in self.cameras())
-        weights = {"upright": cfg.w_upright, "prior": cfg.w_prior, "ground": cfg.w_ground}
+        weights = {"upright": cfg.w_upright, "prior": cfg.w_prior, "ground": cfg.w_ground, "temporal": cfg.w_temporal}
         if free:
             weights |= {"upright": 0.0, "ground": 0.0}
         obs, w = self.uv.expand(H, *self.uv.shape).reshape(H * T, -1, 2), self.weight.expand(H, *self.weight.shape).reshape(H * T, -1)
         pos, quat, dof = fit_poses(
             self.model, obs, w, (R, t, k), v["root_pos"].detach().reshape(H * T, 3),
             v["root_quat"].detach().reshape(H * T, 4), v["dof_pos"].detach().reshape(H * T, -1),
-            self.sigma, weights, iters=iters, progress=progress,
+            self.sigma, weights, (H, T), iters=iters, progress=progress,
         )  # fmt: skip
         with torch.no_grad():
             v["root_pos"].copy_(pos.reshape(H, T, 3))
