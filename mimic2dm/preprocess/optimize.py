@@ -65,7 +65,7 @@ class PreprocessConfig:
     smooth_scale: float = 100.0  # m/s^2
     w_prior: float = 0.005
     w_upright: float = 0.1
-    w_temporal: float = 1.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
+    w_temporal: float = 5.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
     w_limits: float = 10.0
     w_focal_prior: float = 0.1  # on log(f / f0)
     w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
@@ -390,6 +390,7 @@ def fit_clip(
     prob.level_()
     prob.fit_poses(cfg.lm_iters, tick)
     losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
+    info["seconds_hypotheses"] = time.perf_counter() - t0
     best = int(torch.argmin(losses))
     info["hypothesis_loss"] = [round(float(x), 4) for x in losses]
     info["heading_deg"] = info["headings_deg"][best]
@@ -406,6 +407,7 @@ def fit_clip(
     prob.v = v_all
     if len(sub) < T:
         prob.fit_poses(cfg.lm_iters, tick)
+    info["seconds_lm"] = time.perf_counter() - t0 - info["seconds_hypotheses"]
     prob.run(cfg.iters, 0, cfg.refine_focal, tick, lr=cfg.polish_lr)
     with torch.no_grad():
         total, terms = prob.loss()
