@@ -8,7 +8,7 @@ from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.motion.cli import app as data_app
-from mimic2dm.rl.bench import bench_train_command
+from mimic2dm.train_bench import bench_train_command
 from mimic2dm.video.cli import bench_pose, extract, pose_app
 
 app = typer.Typer(
@@ -29,6 +29,28 @@ bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("train")(bench_train_command)
 app.command("sample")(sample_cmd)
+
+
+LISTABLE = ("tasks", "characters", "engines", "objects")
+
+
+@app.command("list")
+def list_cmd(
+    what: str = typer.Argument(..., help="One of: tasks, characters, engines, objects."),
+) -> None:
+    """Print what is registered (tasks, characters, engines or objects), one line each."""
+    from mimic2dm.characters import CHARACTERS, OBJECTS
+    from mimic2dm.engines import ENGINES
+    from mimic2dm.tasks.registry import describe_tasks
+
+    if what not in LISTABLE:
+        typer.echo(f"error: cannot list {what!r}; choose one of: {', '.join(LISTABLE)}", err=True)
+        raise typer.Exit(2)
+    found = {"tasks": describe_tasks, "characters": CHARACTERS.describe, "engines": ENGINES.describe,
+             "objects": OBJECTS.describe}[what]()  # fmt: skip
+    width = max(map(len, found), default=0)
+    for name, desc in found.items():
+        typer.echo(f"{name:<{width}}  {desc}".rstrip())
 
 
 @app.command()

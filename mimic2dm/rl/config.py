@@ -2,9 +2,10 @@
 
 ``conf/train/*.yaml`` is checked against :class:`TrainConfig` and ``conf/ray/*.yaml``
 against :class:`RayConfig` (unknown keys and wrong types fail at start-up, naming the
-key). :func:`env_spec_from_cfg` and :func:`rl_games_params` turn the composed config
-into the ``EnvSpec`` every env is built from and the params dict rl-games reads; nothing
-else in the learner reads the Hydra config.
+key); ``conf/task/<name>.yaml`` against the config dataclass of the task it names.
+:func:`task_spec_from_cfg` and :func:`rl_games_params` turn the composed config into the
+``TaskSpec`` every env is built from and the params dict rl-games reads; nothing else in
+the learner reads the Hydra config.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from mimic2dm.geometry.virtual import VirtualCameraConfig
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
-from mimic2dm.tasks.tracking2d.task import TrackingConfig
+from mimic2dm.engines.base import EngineOptions
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import check_spec, load_task
+from mimic2dm.utils.config import from_mapping, to_plain
 
 ALGO_NAME = "mimic2dm_ppo"
 NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
-SPEC_TASK_KEYS = {"view_mode", "camera_mode", "camera"}
-"""Keys of the ``task`` group that go to the ``EnvSpec`` rather than to ``TrackingConfig``."""
+SPEC_TASK_KEYS = ("name", "control_hz", "objects")
+"""Keys of the ``task`` group that go to the ``TaskSpec`` rather than to the task's config."""
 
 
 @dataclass
@@ -106,10 +108,7 @@ class RayConfig:
 
 def _checked(schema: type, node: Any, where: str):
     """Merge a config node into a dataclass schema (unknown keys / bad types raise, naming ``where``)."""
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
-    except Exception as e:  # noqa: BLE001 - re-raised with the group's name
-        raise ValueError(f"config group {where!r}: {e}") from None
+    return from_mapping(schema, node, f"group {where!r}")
 
 
 def train_config(cfg: DictConfig) -> TrainConfig:
@@ -122,40 +121,40 @@ def ray_config(cfg: DictConfig) -> RayConfig:
     return _checked(RayConfig, cfg.ray, "ray")
 
 
-def env_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> EnvSpec:
-    """Build the picklable :class:`EnvSpec` from the ``task``/``character``/``engine`` groups.
+def task_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> TaskSpec:
+    """Build the picklable :class:`TaskSpec` from the ``task``/``character``/``engine`` groups.
 
     Args:
-        cfg: the composed tracker config.
-        data_files: the 2D-motion files of the ``data`` group (already prepared).
+        cfg: the composed config (``task.name`` picks the registered task).
+        data_files: the reference files of the ``data`` group (already prepared), for tasks
+            that track data.
     """
-    t = cfg.task
-    fields = {f.name for f in dataclasses.fields(TrackingConfig)}
-    unknown = set(t) - fields - SPEC_TASK_KEYS
-    if unknown:
-        raise ValueError(f"config group 'task': unknown keys {sorted(unknown)} (TrackingConfig fields and "
-                         f"{sorted(SPEC_TASK_KEYS)} only)")  # fmt: skip
-    task_node = OmegaConf.masked_copy(t, [k for k in t if k in fields])
-    task = _checked(TrackingConfig, task_node, "task")
-    task.fall_height = float(cfg.character.fall_height)
-    camera = _checked(VirtualCameraConfig, t.camera, "task.camera")
-    camera = dataclasses.replace(
-        camera, **{k: tuple(v) for k, v in vars(camera).items() if isinstance(v, list)}
+    t = OmegaConf.to_container(cfg.task, resolve=True)
+    if "name" not in t:
+        raise ValueError(
+            "config group 'task': no `name:` key (the registered task, e.g. tracking2d)"
+        )
+    name = str(t["name"])
+    entry = load_task(name)
+    where = f"conf/task/{name}.yaml"
+    config = entry.parse_config({k: v for k, v in t.items() if k not in SPEC_TASK_KEYS}, where)
+    # every key of the engine group reaches the backend (EngineOptions fields, checked here)
+    raw = OmegaConf.to_container(cfg.engine, resolve=True)
+    control_hz = float(t.get("control_hz", raw.get("control_hz", 30.0)))
+    EngineOptions.from_mapping(
+        {**raw, "control_hz": control_hz}, f"conf/engine/{raw.get('name')}.yaml"
     )
-    e = cfg.engine
-    return EnvSpec(
+    spec = TaskSpec(
+        task=name,
         character=str(cfg.character.name),
-        data=tuple(str(f) for f in data_files),
-        objects=tuple(cfg.character.objects),
-        engine=str(e.name),
-        engine_kwargs={"num_threads": int(e.num_threads)} if e.get("num_threads") else {},
-        control_hz=float(e.control_hz),
-        physics_hz=float(e.physics_hz),
-        view_mode=str(t.view_mode),
-        camera_mode=str(t.camera_mode),
-        camera=camera,
-        task=task,
+        engine=raw,
+        objects=tuple(t.get("objects") or ()),
+        control_hz=control_hz,
+        config=to_plain(config),
+        data=tuple(str(f) for f in data_files) if entry.needs_data else (),
     )
+    check_spec(spec)
+    return spec
 
 
 def network_params(net: NetworkConfig, obs_layout: dict[str, int]) -> dict:
@@ -164,7 +163,12 @@ def network_params(net: NetworkConfig, obs_layout: dict[str, int]) -> dict:
 
 
 def rl_games_params(
-    tc: TrainConfig, obs_layout: dict[str, int], num_envs: int, seed: int, run_dir: str
+    tc: TrainConfig,
+    obs_layout: dict[str, int],
+    num_envs: int,
+    seed: int,
+    run_dir: str,
+    task: str = "tracking2d",
 ) -> dict:
     """The params dict rl-games' ``Runner.load_config`` takes.
 
@@ -174,6 +178,7 @@ def rl_games_params(
         num_envs: total envs (rl-games calls them ``num_actors``).
         seed: run seed.
         run_dir: the run directory (rl-games' own folders go under ``RUN_DIR/rl_games``).
+        task: the task's registry name (rl-games' ``env_name`` is ``mimic2dm_<task>``).
     """
     batch = tc.horizon_length * num_envs
     if batch % tc.minibatch_size:
@@ -185,7 +190,7 @@ def rl_games_params(
         )
     config = {
         "name": "tracker", "full_experiment_name": "rl_games", "train_dir": run_dir,
-        "env_name": "mimic2dm_tracking2d", "num_actors": num_envs, "device": tc.device, "ppo": True,
+        "env_name": f"mimic2dm_{task}", "num_actors": num_envs, "device": tc.device, "ppo": True,
         "reward_shaper": {"scale_value": 1.0}, "torch_compile": False, "print_stats": False,
         "multi_gpu": False, "mixed_precision": False,
         # checkpoints are written by the agent (atomic, with env and RNG state), not by rl-games
