@@ -11,7 +11,9 @@ from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.jobs import jobs_app, submit_cmd
 from mimic2dm.motion.cli import app as data_app
-from mimic2dm.rl.bench import bench_train_command
+from mimic2dm.preprocess.bench import bench_preprocess_cmd
+from mimic2dm.preprocess.cli import preprocess_cmd, strip_cmd
+from mimic2dm.train_bench import bench_train_command
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -38,8 +40,33 @@ bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("train")(bench_train_command)
 app.command("sample")(sample_cmd)
+app.command("preprocess")(preprocess_cmd)
+data_app.command("strip")(strip_cmd)
+bench_app.command("preprocess")(bench_preprocess_cmd)
 app.command("submit")(submit_cmd)
 app.add_typer(jobs_app, name="jobs", help="Ray jobs on a cluster: list, logs, stop, fetch.")
+
+
+LISTABLE = ("tasks", "characters", "engines", "objects")
+
+
+@app.command("list")
+def list_cmd(
+    what: str = typer.Argument(..., help="One of: tasks, characters, engines, objects."),
+) -> None:
+    """Print what is registered (tasks, characters, engines or objects), one line each."""
+    from mimic2dm.characters import CHARACTERS, OBJECTS
+    from mimic2dm.engines import ENGINES
+    from mimic2dm.tasks.registry import describe_tasks
+
+    if what not in LISTABLE:
+        typer.echo(f"error: cannot list {what!r}; choose one of: {', '.join(LISTABLE)}", err=True)
+        raise typer.Exit(2)
+    found = {"tasks": describe_tasks, "characters": CHARACTERS.describe, "engines": ENGINES.describe,
+             "objects": OBJECTS.describe}[what]()  # fmt: skip
+    width = max(map(len, found), default=0)
+    for name, desc in found.items():
+        typer.echo(f"{name:<{width}}  {desc}".rstrip())
 
 
 @app.command()

@@ -1,175 +1,41 @@
-"""``mimic2dm eval``: run a trained tracker deterministically over every clip and view.
+"""``mimic2dm eval``: run a trained policy deterministically and report its task's metrics.
 
-Each evaluation sequence is one clip seen through ``V`` of its views (``V = 1``: every
-view in turn; ``V >= 2``: 3D tracking by view aggregation, views ``v, v+1, ...``). The
-policy runs from the clip's first frame to its last with no early termination, and the
-DESIGN-10 metrics are computed on the whole sequence.
+Task-agnostic: the checkpoint names its task, and the task's registry entry evaluates
+(for ``tracking2d``: every clip and view, DESIGN-10 metrics; see
+:mod:`mimic2dm.tasks.tracking2d.evaluation`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
-import numpy as np
-import torch
-
-from mimic2dm import metrics
-from mimic2dm.engines import load_engine
-from mimic2dm.engines.base import SimState
-from mimic2dm.geometry.rotations import xyzw_to_wxyz
-from mimic2dm.tasks.tracking2d.asi import ASIConfig
-from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
-from mimic2dm.tasks.tracking2d.task import Tracking2DTask
-from mimic2dm.utils.draw import overlay_grid
-from mimic2dm.utils.reporting import write_json_report
-
-
-def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
-    """``(clip, view ids)`` pairs: every starting view of every clip with ``views`` consecutive views."""
-    out = []
-    for c, clip in enumerate(lib.clips):
-        if clip.num_views < views:
-            raise ValueError(
-                f"{clip.name}: --views {views} needs a clip with at least {views} views, it has {clip.num_views}"
-            )
-        out += [
-            (c, [(v + i) % clip.num_views for i in range(views)]) for v in range(clip.num_views)
-        ]
-    return out
-
-
-def state_to_qpos(s: SimState) -> np.ndarray:
-    """MuJoCo ``qpos [N, 7 + J + 7 O]`` of engine states (for rendering)."""
-    obj = torch.cat([s.object_pos, xyzw_to_wxyz(s.object_rot)], -1).flatten(1)
-    return torch.cat([s.root_pos, xyzw_to_wxyz(s.root_rot), s.dof_pos, obj], -1).numpy()
-
-
-def _rollout(task: Tracking2DTask, policy, T: int):
-    N, V, K = task.N, task.V, task.K
-    rec = {"uv": torch.zeros(N, T, V, K, 2), "ref": torch.zeros(N, T, V, K, 2), "mask": torch.zeros(N, T, V, K, dtype=torch.bool),
-           "kp3d": torch.zeros(N, T, K, 3), "qpos0": []}  # fmt: skip
-    for t in range(T):
-        uv, _ = task.project_character()
-        ref, mask = task.reference(task.frame)
-        rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv, ref, mask
-        rec["kp3d"][:, t] = task.engine.get_keypoints()
-        rec["qpos0"].append(state_to_qpos(task.engine.get_state().index(slice(0, 1)))[0])
-        if t < T - 1:
-            with torch.no_grad():
-                task.advance(policy.act(task.observe(), deterministic=True))
-    return rec
-
-
-def _metrics(
-    rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor | None, kset
-) -> dict:
-    err = metrics.reprojection_errors(
-        rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height)
-    )  # [n, V, K]
-    err = err.transpose(0, 1)  # [V, n, K]
-    out = {
-        "success": bool(metrics.success(err).all()),
-        "error_2d_px": float(metrics.mean_error_2d(err).mean()),
-        "max_error_2d_px": float(metrics.max_error_per_frame(err).max()),
-        "jitter": float(metrics.jitter(rec["kp3d"][i, :n], fps)),
-    }
-    if gt3d is not None:
-        sim = rec["kp3d"][i, :n]
-        root = list(kset.root)
-        out["mpjpe_mm"] = float(
-            metrics.mpjpe_mm(
-                sim - sim[:, root].mean(1, keepdim=True), gt3d - gt3d[:, root].mean(1, keepdim=True)
-            )
-        )
-        out["mpjpe_global_mm"] = float(metrics.mpjpe_mm(sim, gt3d))
-    return out
+from mimic2dm.tasks.registry import load_task
 
 
 def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, picture_out=None,
              video_out=None) -> dict:  # fmt: skip
-    """Evaluate a tracker on the 2D-motion files ``data``; returns (and optionally writes) the report.
+    """Evaluate a policy on the files ``data``; returns (and optionally writes) the report.
 
     Args:
         checkpoint: a checkpoint path, or a loaded policy (``.act(obs, deterministic)``, ``.env_spec``).
-        data: 2D-motion files with cameras.
+        data: reference files the task evaluates on (2D-motion files with cameras for tracking).
         views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation).
         json_out, picture_out, video_out: optional output paths (``json_out`` may be ``-``: stdout).
             The video is skipped with one warning where no OpenGL back-end works
             (:func:`mimic2dm.render.gl_backend`; callers that need it check that first).
+
+    Raises:
+        ValueError: the policy's task has no evaluation.
     """
     if hasattr(checkpoint, "act"):
-        policy = checkpoint
+        policy, name = checkpoint, type(checkpoint).__name__
     else:
         from mimic2dm.rl.policy import load_policy
 
-        policy = load_policy(checkpoint)
-    spec = policy.env_spec
-    lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
-    seqs = sequences(lib, views)
-    N = len(seqs)
-    engine = load_engine(spec.engine, spec.character, num_envs=N, objects=tuple(spec.objects),
-                         control_dt=1.0 / spec.control_hz, physics_dt=1.0 / spec.physics_hz, **spec.engine_kwargs)  # fmt: skip
-    cfg = dataclasses.replace(spec.task, num_views=views, early_termination=False, max_episode_steps=10**9,
-                              asi=ASIConfig(enabled=False))  # fmt: skip
-    task = Tracking2DTask(engine, lib, cfg, seed=0)
-    clip_ids = torch.tensor([c for c, _ in seqs])
-    frames0 = torch.zeros(N, dtype=torch.long)
-    task.start_episodes(torch.arange(N), clip_ids, frames0, task.asi.sample_states(lib.offsets[clip_ids], task.gen),
-                        torch.tensor([v for _, v in seqs]))  # fmt: skip
-    rec = _rollout(task, policy, lib.max_len)
-    per_seq = []
-    for i, (c, vs) in enumerate(seqs):
-        clip = lib.clips[c]
-        gt = clip.keypoints3d
-        m = _metrics(
-            rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset
+        policy, name = load_policy(checkpoint), str(checkpoint)
+    entry = load_task(policy.env_spec.task)
+    if entry.evaluate is None:
+        raise ValueError(
+            f"task {entry.name!r} has no evaluation (its registry entry sets no `evaluate`)"
         )
-        per_seq.append({"clip": clip.name, "views": vs, **m})
-    report = {
-        "checkpoint": str(checkpoint)
-        if isinstance(checkpoint, str | Path)
-        else type(checkpoint).__name__,
-        "views": views,
-        "sequences": per_seq,
-        "success_rate": float(np.mean([s["success"] for s in per_seq])),
-        "error_2d_px": float(np.mean([s["error_2d_px"] for s in per_seq])),
-        "jitter": float(np.mean([s["jitter"] for s in per_seq])),
-    }
-    if all("mpjpe_mm" in s for s in per_seq):
-        report["mpjpe_mm"] = float(np.mean([s["mpjpe_mm"] for s in per_seq]))
-    _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out)
-    engine.close()
-    return report
-
-
-def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out) -> None:
-    """JSON report; overlay picture and video of the first sequence's first view."""
-    c, vs = seqs[0]
-    n = lib.clips[c].num_frames
-    cam = lib.camera(c, vs[0])
-    ref, sim, mask = (
-        rec["ref"][0, :n, 0].numpy(),
-        rec["uv"][0, :n, 0].numpy(),
-        rec["mask"][0, :n, 0].numpy(),
-    )
-    write_json_report(report, json_out or None)
-    if picture_out:
-        frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
-        Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
-        overlay_grid(ref, sim, mask, lib.kset, (cam.width, cam.height), frames).save(picture_out)
-    if video_out:
-        from mimic2dm.render import try_render, write_video
-
-        frames = try_render(
-            spec.character,
-            np.stack(rec["qpos0"])[:n],
-            cam,
-            spec.objects,
-            ref_uv=ref,
-            ref_mask=mask,
-            kset=lib.kset,
-        )
-        if frames is not None:
-            Path(video_out).parent.mkdir(parents=True, exist_ok=True)
-            write_video(video_out, frames, spec.control_hz)
+    return entry.evaluate(policy, data, views, json_out, picture_out, video_out, name=name)

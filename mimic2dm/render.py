@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
+    from mimic2dm.engines.base import SimState
     from mimic2dm.geometry.camera import Camera
     from mimic2dm.motion.keypoint_sets import KeypointSet
 
@@ -228,9 +229,23 @@ def _free_camera(mujoco, R: np.ndarray, t: np.ndarray):
     return cam
 
 
+def states_to_qpos(character, objects: Sequence[str], states: SimState) -> np.ndarray:
+    """MuJoCo ``qpos [T, nq]`` of engine states in the render scene's layout.
+
+    The layout (freejoint wxyz quaternions, joint order) is the MuJoCo backend's
+    :class:`~mimic2dm.engines.mujoco_engine.QposLayout`, looked up by name in the scene.
+    """
+    from mimic2dm.characters.scene import build_model
+    from mimic2dm.engines.base import resolve_character
+    from mimic2dm.engines.mujoco_engine import QposLayout
+
+    model = build_model(character, objects, with_sensors=False)
+    return QposLayout.build(model, resolve_character(character), tuple(objects)).qpos(states)
+
+
 def render_qpos(
     character: str,
-    qpos: np.ndarray,
+    qpos: np.ndarray | SimState,
     camera: Camera,
     objects: Sequence[str] = (),
     height: int = 360,
@@ -242,7 +257,7 @@ def render_qpos(
 
     Args:
         character, objects: the scene.
-        qpos: MuJoCo positions per frame.
+        qpos: MuJoCo positions per frame, or engine states ``[T]`` (see :func:`states_to_qpos`).
         camera: the pinhole camera (principal point assumed at the image centre).
         height: output height in pixels; width follows the camera's aspect ratio.
         ref_uv, ref_mask, kset: optional reference keypoints ``[T, K, 2]`` (camera pixels)
@@ -259,11 +274,14 @@ def render_qpos(
     from PIL import Image, ImageDraw
 
     from mimic2dm.characters.scene import build_model
+    from mimic2dm.engines.base import SimState
     from mimic2dm.utils.draw import REF_COLOR, draw_skeleton
 
     backend = gl_backend()
     if backend is None:
         raise RenderUnavailable(no_gl_message())
+    if isinstance(qpos, SimState):
+        qpos = states_to_qpos(character, objects, qpos)
     model = build_model(character, objects, with_sensors=False)
     width = int(round(height * camera.width / camera.height)) // 2 * 2
     model.vis.global_.offwidth = max(model.vis.global_.offwidth, width)

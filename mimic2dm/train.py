@@ -1,8 +1,9 @@
-"""``mimic2dm-train`` (``python -m mimic2dm.train``): train the view-agnostic 2D tracker.
+"""``mimic2dm-train`` (``python -m mimic2dm.train``): train a policy on a registered task
+(default: the view-agnostic 2D tracker; ``task=stand`` and any other ``conf/task`` entry).
 
 A Hydra app over ``conf/tracker.yaml`` (groups ``task``, ``character``, ``engine``,
-``data``, ``train``, ``logger``, ``ray``). The config is read here only: it becomes an
-``EnvSpec`` (what every env is built from) and rl-games' params dict, once. Then envs
+``data``, ``train``, ``logger``, ``ray``). The config is read here only: it becomes a
+``TaskSpec`` (what every env is built from) and rl-games' params dict, once. Then envs
 are built in-process or in Ray actors (:mod:`mimic2dm.rl.vecenv`), and the PPO agent
 (:mod:`mimic2dm.rl.agent`) trains, logging through :mod:`mimic2dm.rl.observer`.
 
@@ -93,9 +94,28 @@ def _meta(cfg: DictConfig, spec, params: dict, env_info: dict) -> dict:
         "obs_dim": int(env_info["observation_space"].shape[0]),
         "action_dim": int(env_info["action_space"].shape[0]),
         "normalize_value": bool(params["config"]["normalize_value"]),
-        "env_spec": spec,
+        "task_spec": spec.to_dict(),
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
+
+
+def _evaluator(spec) -> Callable | None:
+    """``fn(model, epoch, frame, video_path)``: the task's evaluation of the current policy
+    on the first training file (None when the task has no evaluation or no data)."""
+    from mimic2dm.tasks.registry import load_task
+
+    if load_task(spec.task).evaluate is None or not spec.data:
+        return None
+
+    def run(model, epoch: int, frame: int, video_out) -> dict:
+        from mimic2dm.eval import evaluate
+        from mimic2dm.rl.policy import Policy
+
+        return evaluate(
+            Policy(model, spec, {}, epoch, frame), list(spec.data[:1]), views=1, video_out=video_out
+        )
+
+    return run
 
 
 def _resume_checkpoint(cfg: DictConfig) -> Path | None:
@@ -116,7 +136,7 @@ def _build_agent(cfg: DictConfig, tc, vec_env, observer, run_dir: Path, spec, ep
 
     info = vec_env.get_env_info()
     params = rl_games_params(
-        tc, vec_env.obs_layout(), vec_env.num_envs, int(cfg.seed), str(run_dir)
+        tc, vec_env.obs_layout(), vec_env.num_envs, int(cfg.seed), str(run_dir), spec.task
     )
     params["mimic2dm"] = {
         "run_dir": str(run_dir), "checkpoint": dataclasses.asdict(tc.checkpoint), "max_seconds": tc.max_seconds,
@@ -166,7 +186,7 @@ def train(
         means of the last epochs (episode length / return, reward, samples/s),
         checkpoints, per-epoch history.
     """
-    from mimic2dm.rl.config import env_spec_from_cfg, validate_config
+    from mimic2dm.rl.config import task_spec_from_cfg, validate_config
     from mimic2dm.rl.data import prepare_data
     from mimic2dm.rl.observer import TrackerObserver
     from mimic2dm.rl.vecenv import make_vecenv
@@ -183,7 +203,7 @@ def train(
     seed_everything(int(cfg.seed))
     save_resolved_config(cfg, run_dir)
     data_files = prepare_data(cfg.data, run_dir)
-    spec = env_spec_from_cfg(cfg, data_files)
+    spec = task_spec_from_cfg(cfg, data_files)
     if ckpt is not None and int(load_checkpoint(ckpt)["epoch"]) >= tc.max_epochs:
         log.warning(
             "resume: %s is already at train.max_epochs=%d; nothing to do", ckpt, tc.max_epochs
@@ -192,7 +212,8 @@ def train(
     logger = RunLogger(run_dir, config=OmegaConf.to_container(cfg, resolve=True), project=str(lg.project),
                        use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{cfg.name}-{run_dir.name}")  # fmt: skip
     observer = TrackerObserver(logger, log_every=int(lg.log_every), progress=bool(cfg.progress),
-                               video_every=int(lg.get("video_every", 0)), env_spec=spec, data_files=data_files)  # fmt: skip
+                               video_every=int(lg.get("video_every", 0)), evaluator=_evaluator(spec),
+                               video_fps=spec.control_hz)  # fmt: skip
     vec_env = None
     t0 = time.perf_counter()
     try:

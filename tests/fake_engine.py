@@ -1,4 +1,5 @@
-"""A kinematic fake engine for unit tests of task logic (never proof that the system works).
+"""The one fake engine of the tests: a kinematic backend for unit tests of the engine base
+class and of task logic (never proof that the system works).
 
 Joints jump to their PD targets; the root stays where it was put; keypoints and body
 poses come from the character's exact forward kinematics, so projections react to actions.
@@ -15,6 +16,7 @@ from mimic2dm.engines.base import Engine, EngineLayout, SimState
 class KinematicEngine(Engine):
     def _build(self) -> EngineLayout:
         spec = self.character
+        self.closed = False
         self.targets = torch.zeros(self.num_envs, len(spec.dof_names))
         self.nan_envs = torch.zeros(self.num_envs, dtype=torch.bool)
         return EngineLayout(
@@ -78,4 +80,4 @@ class KinematicEngine(Engine):
         )
 
     def _close(self):
-        pass
+        self.closed = True

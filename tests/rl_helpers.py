@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
-from mimic2dm.tasks.tracking2d.task import TrackingConfig
+from mimic2dm.tasks.base import TaskSpec
 from omegaconf import OmegaConf
 
 from mimic2dm.motion.demo import make_demo_clip
@@ -28,13 +27,14 @@ def write_demo(path: Path, seconds: float = 2.0) -> Path:
     return path
 
 
-def spec_for(clip: Path, **task) -> EnvSpec:
-    """Humanoid ``EnvSpec`` over one clip, one MuJoCo thread."""
-    return EnvSpec(
+def spec_for(clip: Path, **task) -> TaskSpec:
+    """Humanoid tracking ``TaskSpec`` over one clip, one MuJoCo thread; ``task``: config changes."""
+    return TaskSpec(
+        task="tracking2d",
         character="humanoid",
         data=(str(clip),),
-        engine_kwargs={"num_threads": 1},
-        task=TrackingConfig(**task),
+        engine={"name": "mujoco", "num_threads": 1},
+        config=dict(task),
     )
 
 

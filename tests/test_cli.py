@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_named_command_is_mounted():
     runner = CliRunner()
     top = runner.invoke(app, ["--help"]).output
-    for cmd in ("demo", "eval", "data", "bench", "extract", "pose", "sample"):
+    for cmd in ("demo", "eval", "data", "bench", "extract", "pose", "sample", "list"):
         assert f" {cmd} " in top, cmd
     bench = runner.invoke(app, ["bench", "--help"]).output
     for cmd in ("engine", "train", "pose", "generate"):
@@ -27,6 +27,29 @@ def test_every_named_command_is_mounted():
     data = runner.invoke(app, ["data", "--help"]).output
     assert " synth " in data and " check " in data
     assert " convert-mmpose " in runner.invoke(app, ["pose", "--help"]).output
+
+
+def test_list_prints_every_registered_name_with_a_description():
+    from mimic2dm.tasks.registry import TASKS
+
+    from mimic2dm.characters import CHARACTERS, OBJECTS
+    from mimic2dm.engines import ENGINES
+
+    runner = CliRunner()
+    for what, reg in (
+        ("tasks", TASKS),
+        ("characters", CHARACTERS),
+        ("engines", ENGINES),
+        ("objects", OBJECTS),
+    ):
+        res = runner.invoke(app, ["list", what])
+        assert res.exit_code == 0, res.output
+        lines = res.output.strip().splitlines()
+        assert [ln.split()[0] for ln in lines] == reg.names(), what
+        assert all(len(ln.split()) > 2 for ln in lines), what  # a name, then a description
+    assert "tracking2d" in runner.invoke(app, ["list", "tasks"]).output
+    bad = runner.invoke(app, ["list", "robots"])
+    assert bad.exit_code == 2 and "choose one of: tasks, characters, engines, objects" in bad.output
 
 
 def test_eval_command_on_a_tiny_trained_tracker(tmp_path):
@@ -61,7 +84,7 @@ def test_eval_command_on_a_tiny_trained_tracker(tmp_path):
 
 
 def test_bench_train_reports_three_modes_and_ratios(tmp_path):
-    from mimic2dm.rl.bench import bench_train
+    from mimic2dm.train_bench import bench_train
 
     overrides = [o for o in TINY if not o.startswith("train.num_envs")] + [
         "data.clips.0.make.seconds=1.5"

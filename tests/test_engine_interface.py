@@ -9,69 +9,18 @@ import sys
 
 import pytest
 import torch
+from fake_engine import KinematicEngine
 
 import mimic2dm
 from mimic2dm.characters import load_character
-from mimic2dm.engines import ENGINES, engine_names, load_engine, preload_backend
-from mimic2dm.engines.base import Engine, EngineLayout, SimState, substeps_for
-
-
-class KinematicEngine(Engine):
-    """A fake backend: joints jump to their targets, nothing else moves. Tests the base class only."""
-
-    def _build(self) -> EngineLayout:
-        spec = self.character
-        self.closed = False
-        self.targets = torch.zeros(self.num_envs, len(spec.dof_names))
-        return EngineLayout(
-            spec.dof_names, spec.body_names, spec.keypoint_names, spec.contact_bodies, self.objects
-        )
-
-    def _default_state(self) -> SimState:
-        pose, j, o = self.character.default_pose, len(self.character.dof_names), len(self.objects)
-        return SimState(
-            root_pos=torch.tensor(pose.root_pos, dtype=torch.float32)[None],
-            root_rot=torch.tensor(pose.root_quat, dtype=torch.float32)[None],
-            root_lin_vel=torch.zeros(1, 3), root_ang_vel=torch.zeros(1, 3),
-            dof_pos=torch.tensor(pose.dof_pos, dtype=torch.float32)[None], dof_vel=torch.zeros(1, j),
-            object_pos=torch.zeros(1, o, 3), object_rot=torch.tensor([0.0, 0, 0, 1]).expand(1, o, 4),
-            object_lin_vel=torch.zeros(1, o, 3), object_ang_vel=torch.zeros(1, o, 3),
-        )  # fmt: skip
-
-    def _set_pd_targets(self, targets):
-        self.targets = targets.clone()
-
-    def _step(self):
-        self.state.dof_vel = (self.targets - self.state.dof_pos) / self.control_dt
-        self.state.dof_pos = self.targets.clone()
-
-    def _get_state(self):
-        return self.state.clone()
-
-    def _get_body_poses(self):
-        pos = self.state.root_pos[:, None].expand(-1, self.num_bodies, 3).clone()
-        return pos, self.state.root_rot[:, None].expand(-1, self.num_bodies, 4).clone()
-
-    def _get_keypoints(self):
-        return self.state.root_pos[:, None].expand(-1, self.num_keypoints, 3).clone()
-
-    def _get_contacts(self):
-        return torch.ones(self.num_envs, self.num_contacts)
-
-    def _reset(self, env_ids, state):
-        if not hasattr(self, "state"):
-            self.state = state.clone()
-        for name, value in vars(state).items():
-            getattr(self.state, name)[env_ids] = value
-        self.targets[env_ids] = state.dof_pos
-
-    def _nonfinite_envs(self):
-        return ~(
-            torch.isfinite(self.state.dof_pos).all(1) & torch.isfinite(self.state.root_pos).all(1)
-        )
-
-    def _close(self):
-        self.closed = True
+from mimic2dm.engines import ENGINES, engine_names
+from mimic2dm.engines.base import (
+    Engine,
+    EngineOptions,
+    OrderMap,
+    SimState,
+    substeps_for,
+)
 
 
 @pytest.fixture()
@@ -106,11 +55,12 @@ def test_lifecycle_through_the_base_class(engine):
     targets = torch.full((5, engine.num_dofs), 0.1, dtype=torch.float64)  # converted to float32
     engine.step(targets)
     assert engine.get_state().dof_pos.dtype == torch.float32
-    assert torch.allclose(engine.get_state().dof_pos, torch.full((5, engine.num_dofs), 0.1))
+    reached = torch.minimum(torch.maximum(targets.float(), engine.get_dof_limits()[0]), engine.get_dof_limits()[1])
+    assert torch.allclose(engine.get_state().dof_pos, reached)  # the fake's joints jump to (limited) targets
     engine.reset(torch.tensor([3, 0]))
     s = engine.get_state()
     assert torch.equal(s.dof_pos[[0, 3]], start.dof_pos[[0, 3]])
-    assert torch.allclose(s.dof_pos[[1, 2, 4]], torch.full((3, engine.num_dofs), 0.1))
+    assert torch.allclose(s.dof_pos[[1, 2, 4]], reached[:3])
     engine.reset(torch.zeros(0, dtype=torch.long))  # no-op
     lo, hi = engine.get_dof_limits()
     assert lo.shape == hi.shape == (engine.num_dofs,) and (lo < hi).all()
@@ -126,7 +76,7 @@ def test_nonfinite_and_reset_nonfinite(engine):
     assert engine.reset_nonfinite().tolist() == [1, 4]
     assert not engine.nonfinite_envs().any()
     assert torch.equal(engine.get_state().dof_pos[[1, 4]], engine.default_state(2).dof_pos)
-    assert torch.allclose(engine.get_state().dof_pos[0], torch.full((engine.num_dofs,), 0.2))
+    assert torch.allclose(engine.get_state().dof_pos[0], bad.dof_pos[0])  # env 0 is left alone
 
 
 def test_argument_errors_name_the_argument_and_shape(engine):
@@ -167,8 +117,34 @@ def test_substeps(control_dt, physics_dt, expected):
 def test_bad_timesteps(control_dt, physics_dt, match):
     with pytest.raises(ValueError, match=match):
         substeps_for(control_dt, physics_dt)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"control_hz": 40.0}, r"engine.control_hz \(40.0\) must divide engine.physics_hz \(60.0\).*"
+                               r"control_dt \(0.025 s\) must be a whole multiple"),
+        ({"control_hz": 120.0}, "whole multiple"),
+        ({"control_hz": 0.0}, r"engine.control_hz must be a positive number \(Hz\), got 0.0"),
+        ({"physics_hz": float("nan")}, "engine.physics_hz must be a positive number"),
+        ({"num_threads": -1}, "engine.num_threads must be an int >= 0"),
+        ({"device": "gpu7"}, "engine.device must be a torch device string"),
+        ({"threads": 2}, r"conf/engine/x.yaml: unknown engine option\(s\) \['threads'\]; valid keys: \['name'"),
+    ],
+)  # fmt: skip
+def test_bad_engine_options_are_named(options, match):
     with pytest.raises(ValueError, match=match):
-        KinematicEngine("humanoid", 1, control_dt=control_dt, physics_dt=physics_dt)
+        EngineOptions.from_mapping(options, "conf/engine/x.yaml")
+
+
+def test_engine_takes_its_options():
+    o = EngineOptions(physics_hz=120.0, control_hz=30.0)
+    e = KinematicEngine("humanoid", 2, (), o)
+    assert e.options is o and e.substeps == 4 and e.physics_dt == 1 / 120
+    assert e.device == torch.device("cpu") and e.get_state().dof_pos.device == e.device
+    assert o.replace(num_threads=3).num_threads == 3 and o.num_threads == 0
+    with pytest.raises(TypeError, match="options must be an EngineOptions, got dict"):
+        KinematicEngine("humanoid", 1, (), {"physics_hz": 60})
 
 
 def test_sim_state_helpers():
@@ -184,14 +160,13 @@ def test_sim_state_helpers():
 
 
 # ----------------------------------------------------------------------------- registry
-def test_registry_and_lazy_gpu_entries():
-    assert engine_names() == ["isaacgym", "mujoco", "newton"]
-    for name in ("isaacgym", "newton"):
-        with pytest.raises(ImportError, match=rf"engine '{name}' needs a GPU machine"):
-            load_engine(name, "humanoid", 1)
-    with pytest.raises(
-        KeyError, match="unknown engine 'physx'; valid names: isaacgym, mujoco, newton"
-    ):
+def test_registry_and_lazy_optional_entries():
+    assert engine_names() == ["mujoco", "newton"]
+    try:  # newton is an optional extra: without it, loading says how to install it
+        assert issubclass(ENGINES.load("newton"), Engine)
+    except ImportError as err:
+        assert "pip install -e .[newton]" in str(err)
+    with pytest.raises(KeyError, match="unknown engine 'physx'; valid names: mujoco, newton"):
         ENGINES.load("physx")
     assert issubclass(ENGINES.load("mujoco"), Engine)
 
@@ -202,13 +177,8 @@ def test_engines_package_imports_no_torch_and_no_simulator():
     assert out.stdout.split() == ["False", "False"]
 
 
-def test_isaacgym_must_come_before_torch():
-    preload_backend("mujoco")  # nothing to pre-import
-    with pytest.raises(ImportError, match="isaacgym must be imported before torch"):
-        preload_backend("isaacgym")
-
-
-def test_isaacgym_import_rule_lives_in_one_place():
+def test_no_isaacgym_entry_or_import_anywhere():
+    """Isaac Gym was removed (no registry has it; wheels need Python <= 3.8): docs/engines.md."""
     root = pathlib.Path(mimic2dm.__file__).parent.parent
     pattern = re.compile(r"import isaacgym|import_module\(\"isaacgym\"\)")
     hits = [
@@ -217,4 +187,28 @@ def test_isaacgym_import_rule_lives_in_one_place():
         for p in (root / d).rglob("*.py")
         if pattern.search(p.read_text())
     ]
-    assert hits == ["mimic2dm/engines/__init__.py"]
+    assert hits == [] and "isaacgym" not in engine_names()
+
+
+# ----------------------------------------------------------------------------- order map
+def test_order_map_converts_a_permuted_wxyz_backend_to_the_canonical_layout():
+    m = OrderMap(("a", "b", "c"), ("c", "a", "b"), ("root", "arm"), ("arm", "root"), quat="wxyz")
+    assert m.dof_index == (1, 2, 0) and m.body_index == (1, 0) and not m.is_identity
+    back = torch.tensor([[30.0, 10.0, 20.0]])  # c, a, b
+    assert m.dofs_to_canonical(back).tolist() == [[10.0, 20.0, 30.0]]
+    assert torch.equal(m.dofs_from_canonical(m.dofs_to_canonical(back)), back)
+    bodies = torch.tensor([[[1.0, 1, 1], [2.0, 2, 2]]])  # arm, root
+    assert m.bodies_to_canonical(bodies)[0, :, 0].tolist() == [2.0, 1.0]
+    assert torch.equal(m.bodies_from_canonical(m.bodies_to_canonical(bodies)), bodies)
+    wxyz = torch.tensor([1.0, 0.1, 0.2, 0.3])
+    assert m.quat_to_canonical(wxyz).tolist() == pytest.approx([0.1, 0.2, 0.3, 1.0])
+    assert torch.equal(m.quat_from_canonical(m.quat_to_canonical(wxyz)), wxyz)
+    assert OrderMap.identity(("a",), ("r",)).is_identity
+    with pytest.raises(ValueError, match=r"backend dof names \['a', 'x'\] are not a permutation"):
+        OrderMap(("a", "b"), ("a", "x"), ("r",), ("r",))
+    with pytest.raises(ValueError, match="quat must be 'xyzw' or 'wxyz'"):
+        OrderMap(("a",), ("a",), ("r",), ("r",), quat="zyxw")
+
+
+def test_engines_report_their_order_map(engine):
+    assert engine.order_map.is_identity and engine.order_map.dof_names == engine.dof_names

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
 import mujoco
 import numpy as np
@@ -13,12 +14,13 @@ from mimic2dm.characters import CHARACTERS
 from mimic2dm.engines import load_engine
 from mimic2dm.engines.base import SimState
 from mimic2dm.engines.mujoco_engine import MujocoEngine
-from mimic2dm.geometry.rotations import quat_from_axis_angle, quat_rotate
+from mimic2dm.geometry.rotations import quat_from_axis_angle, quat_rotate, wxyz_to_xyzw
 
 THREADS = 2  # the CI machines have 2 cores, shared
 
 
 def make(character: str = "humanoid", num_envs: int = 4, objects=(), **kw) -> MujocoEngine:
+    """A MuJoCo engine; ``kw`` are ``EngineOptions`` fields."""
     return load_engine("mujoco", character, num_envs, objects, num_threads=THREADS, **kw)
 
 
@@ -224,9 +226,8 @@ def test_keypoints_and_body_poses_match_mj_kinematics():
             mujoco.mj_kinematics(m, d)
             np.testing.assert_allclose(kp[i].numpy(), d.site_xpos[sites], rtol=0, atol=1e-6)
             np.testing.assert_allclose(pos[i].numpy(), d.xpos[bodies], rtol=0, atol=1e-6)
-            np.testing.assert_allclose(
-                rot[i].numpy(), d.xquat[bodies][:, [1, 2, 3, 0]], rtol=0, atol=1e-6
-            )
+            ref_rot = wxyz_to_xyzw(torch.from_numpy(d.xquat[bodies])).float()
+            torch.testing.assert_close(rot[i], ref_rot, rtol=0, atol=1e-6)
 
 
 def test_velocities_are_world_frame():
@@ -318,13 +319,15 @@ def test_bad_inputs_give_clear_errors():
     with pytest.raises(
         ValueError, match=r"control_dt \(0.025 s\) must be a whole multiple .* physics_dt"
     ):
-        make(control_dt=0.025, physics_dt=1 / 60)
+        make(control_hz=40.0, physics_hz=60.0)
+    with pytest.raises(ValueError, match=r"unknown engine option\(s\) \['control_dt'\]"):
+        make(control_dt=0.025)
     with pytest.raises(ValueError, match="num_envs must be a positive int"):
         make(num_envs=0)
     with pytest.raises(KeyError, match=r"unknown object 'cube'"):
         make(objects=("cube",))
     with pytest.raises(
-        KeyError, match=r"unknown engine 'bullet'; valid names: isaacgym, mujoco, newton"
+        KeyError, match=r"unknown engine 'bullet'; valid names: mujoco, newton"
     ):
         load_engine("bullet", "humanoid", 1)
 
@@ -338,7 +341,7 @@ def test_scene_without_sensors_is_rejected():
 
 
 def test_timesteps_are_configurable():
-    with make("humanoid", 2, control_dt=0.02, physics_dt=0.005) as engine:
+    with make("humanoid", 2, control_hz=50.0, physics_hz=200.0) as engine:
         assert engine.substeps == 4 and engine.model.opt.timestep == 0.005
         engine.step()
         assert float(engine._batch.bind("time")[0]) == pytest.approx(0.02)
@@ -362,3 +365,70 @@ def test_bench_engine_and_cli(tmp_path):
         result["engine_env_steps_per_s"] / result["raw_env_steps_per_s"]
     )
     assert "single-env Python loop" in res.output
+
+
+def test_mujoco_order_map_is_model_order_and_wxyz():
+    with make("dog", 1) as engine:
+        m = engine.order_map
+        assert m.quat == "wxyz" and m.dof_names == engine.dof_names
+        ids = [
+            mujoco.mj_name2id(engine.model, mujoco.mjtObj.mjOBJ_JOINT, n)
+            for n in m.backend_dof_names
+        ]
+        assert ids == sorted(ids)
+        # the body read-out equals MuJoCo's xquat rows converted by the map
+        data = engine.get_mjdata(0)
+        bids = [
+            mujoco.mj_name2id(engine.model, mujoco.mjtObj.mjOBJ_BODY, n) for n in engine.body_names
+        ]
+        _, rot = engine.get_body_poses()
+        ref = m.quat_to_canonical(torch.from_numpy(data.xquat[bids]).float())
+        assert torch.allclose(rot[0], ref, atol=1e-6)
+
+
+def test_conf_engine_keys_reach_the_engine_unchanged():
+    """Every key of conf/engine/mujoco.yaml is an EngineOptions field and arrives in the engine."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from mimic2dm.engines.base import EngineOptions
+    from mimic2dm.train import compose_config
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "conf" / "engine" / "mujoco.yaml"
+    yaml = OmegaConf.to_container(OmegaConf.load(path))
+    fields = {f.name for f in dataclasses.fields(EngineOptions)}
+    assert set(yaml) <= fields, (
+        f"{path}: keys {sorted(set(yaml) - fields)} are not EngineOptions fields"
+    )
+    # the engine group as Hydra composes it for a run, every value changed
+    changed = {"num_threads": 2, "physics_hz": 120.0, "control_hz": 40.0, "persistent": False}
+    assert set(changed) | {"name", "device"} == set(yaml), (
+        "give every new yaml key a changed value here"
+    )
+    cfg = compose_config([f"engine.{k}={v}" for k, v in changed.items()])
+    options = EngineOptions.from_mapping(OmegaConf.to_container(cfg.engine), str(path))
+    with load_engine(options, "humanoid", 1) as engine:
+        for key, value in {**yaml, **changed}.items():
+            assert getattr(engine.options, key) == value, key
+        assert engine.num_threads == 2 and engine.persistent is False and engine.substeps == 3
+        assert engine.model.opt.timestep == 1 / 120 and engine.device == torch.device("cpu")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+def test_device_option_puts_every_tensor_on_the_device_and_changes_nothing():
+    gen = torch.Generator().manual_seed(8)
+    with make("humanoid", 3) as cpu, make("humanoid", 3, device="cuda") as gpu:
+        assert gpu.device.type == "cuda"
+        start = random_states(cpu, 3, gen)
+        cpu.reset(None, start)
+        gpu.reset(None, start.to("cuda"))
+        for _ in range(5):
+            t = random_targets(cpu, gen)
+            cpu.step(t)
+            gpu.step(t.to("cuda"))
+        out = [gpu.get_keypoints(), gpu.get_contacts(), *gpu.get_body_poses(), gpu.nonfinite_envs(),
+               *vars(gpu.get_state()).values(), *gpu.get_dof_limits()]  # fmt: skip
+        assert all(x.device.type == "cuda" for x in out)
+        assert torch.equal(gpu.get_keypoints().cpu(), cpu.get_keypoints())
+        assert_states_equal(cpu.get_state(), gpu.get_state().to("cpu"))

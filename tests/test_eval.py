@@ -4,10 +4,11 @@ import json
 
 import pytest
 import torch
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.tracking2d.evaluation import sequences
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
-from mimic2dm.eval import evaluate, sequences
+from mimic2dm.eval import evaluate
 from mimic2dm.motion.demo import make_demo_clip
 from mimic2dm.motion.format import save_motion2d
 from mimic2dm.motion.synth import synthesize_views
@@ -42,7 +43,7 @@ def test_sequences_cover_every_view(two_view_clip):
 
 def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
     out = tmp_path / "eval"
-    rep = evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], views=1,
+    rep = evaluate(HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))), [two_view_clip], views=1,
                    json_out=out / "eval.json", picture_out=out / "overlay.png")  # fmt: skip
     assert len(rep["sequences"]) == 2
     for s in rep["sequences"]:
@@ -55,10 +56,19 @@ def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
 
 def test_evaluate_writes_video(two_view_clip, tmp_path, gl_backend):
     video = tmp_path / "rollout.mp4"
-    evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], video_out=video)
+    evaluate(HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))), [two_view_clip], video_out=video)
     assert video.stat().st_size > 1000
 
 
 def test_multi_view_evaluation_runs(two_view_clip):
-    rep = evaluate(HoldPose(EnvSpec("humanoid", (str(two_view_clip),))), [two_view_clip], views=2)
+    rep = evaluate(
+        HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))),
+        [two_view_clip],
+        views=2,
+    )
     assert rep["views"] == 2 and all(len(s["views"]) == 2 for s in rep["sequences"])
+
+
+def test_a_task_without_evaluation_is_a_clear_error():
+    with pytest.raises(ValueError, match="task 'stand' has no evaluation"):
+        evaluate(HoldPose(TaskSpec("stand", "humanoid")), [], views=1)

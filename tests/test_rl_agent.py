@@ -1,7 +1,5 @@
 """The PPO agent on the real stack: ASI values, exact resume, a Ray actor killed mid-training."""
 
-import dataclasses
-
 import pytest
 import ray
 import torch
@@ -70,7 +68,7 @@ def test_exact_resume_gives_identical_weights(tmp_path, clip):
     assert policy.epoch == 2 * k and policy.env_spec.character == "humanoid"
     # trained with one view, the policy acts on two (view aggregation, zero-shot)
     spec = policy.env_spec
-    env = TaskVecEnv(dataclasses.replace(spec, task=dataclasses.replace(spec.task, num_views=2)), 3)
+    env = TaskVecEnv(spec.with_config(num_views=2), 3)
     obs = env.reset()
     layout = env.obs_layout()
     assert layout["views"] == 2 and obs.shape == (3, layout["prop"] + 2 * layout["view"])

@@ -1,14 +1,14 @@
 """In-process and Ray-hosted vecenvs: shapes, auto-reset, ASI values, exact state, dead actors."""
 
-import numpy as np
 import pytest
 import ray
 import torch
+from mimic2dm.tasks.stats import StepStats
 from rl_helpers import ensure_ray, spec_for, write_demo
 
 from mimic2dm.rl.config import RayConfig
 from mimic2dm.rl.envstate import states_equal
-from mimic2dm.rl.vecenv import RayVecEnv, TaskVecEnv, make_vecenv, merge_infos, ray_temp_dir
+from mimic2dm.rl.vecenv import RayVecEnv, TaskVecEnv, make_vecenv, ray_temp_dir
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def check_step(env, n: int, steps: int = 12):
     D = env.get_env_info()["observation_space"].shape[0]
     A = env.get_env_info()["action_space"].shape[0]
     assert obs.shape == (n, D) and obs.dtype == torch.float32
-    done_total, lengths = 0, []
+    done_total, total = 0, StepStats()
     for _ in range(steps):
         env.observe_values(torch.zeros(n))
         obs, rew, dones, infos = env.step(torch.zeros(n, A))
@@ -41,10 +41,12 @@ def check_step(env, n: int, steps: int = 12):
             infos["time_outs"].shape == (n,)
             and not (infos["time_outs"].bool() & ~dones.bool()).any()
         )
-        assert set(infos["reward_terms"]) >= {"pos", "vel"}
+        assert set(infos["stats"].terms) >= {"pos", "vel"} and infos["stats"].env_steps == n
         done_total += int(dones.sum())
-        lengths += infos["episode_lengths"]
-    assert done_total > 0 and lengths and max(lengths) <= 5  # auto-reset at max_episode_steps=5
+        total.merge(infos["stats"])
+    m = total.metrics()
+    assert done_total > 0 and m["episode/count"] == done_total
+    assert 1 <= m["episode/length"] <= 5  # auto-reset at max_episode_steps=5
     return obs
 
 
@@ -82,14 +84,18 @@ def test_in_process_env_state_continues_bit_for_bit(clip):
         assert torch.equal(oa, ob) and torch.equal(ra, rb) and torch.equal(da, db)
 
 
-def test_merge_infos_weights_terms_by_env_counts():
-    infos = [
-        {"reward_terms": {"pos": 1.0}, "episode_lengths": [3], "episode_returns": [1.0], "causes": {"fall": 1}, "time_outs": np.zeros(1, bool)},
-        {"reward_terms": {"pos": 0.0}, "episode_lengths": [], "episode_returns": [], "causes": {"fall": 2}, "time_outs": np.ones(3, bool)},
-    ]  # fmt: skip
-    m = merge_infos(infos, [1, 3])
-    assert m["reward_terms"]["pos"] == pytest.approx(0.25) and m["causes"]["fall"] == 3
-    assert m["time_outs"].tolist() == [False, True, True, True]
+def test_step_stats_merge_weights_terms_by_env_counts():
+    """Two batches (1 env, 3 envs) merge into means over all envs, as one batch of 4 would."""
+    a = StepStats(env_steps=1, terms={"pos": torch.tensor(1.0)}, reward=torch.tensor(1.0), episodes=torch.tensor(1),
+                  length_sum=torch.tensor(3), return_sum=torch.tensor(1.0), causes={"fall": torch.tensor(1)})  # fmt: skip
+    b = StepStats(env_steps=3, terms={"pos": 0.0}, reward=0.0, episodes=2.0, length_sum=4.0, return_sum=0.0,
+                  causes={"fall": 1.0, "timeout": 1.0})  # fmt: skip
+    m = StepStats().merge(a).merge(b.to_host()).metrics()
+    assert m["reward/pos"] == pytest.approx(0.25) and m["reward/total"] == pytest.approx(0.25)
+    assert m["episode/count"] == 3 and m["episode/length"] == pytest.approx(7 / 3)
+    assert m["termination/fall"] == pytest.approx(2 / 3) and m[
+        "termination/timeout"
+    ] == pytest.approx(1 / 3)
 
 
 def test_ray_temp_dir_stays_short(tmp_path):

@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 import torch
 from fake_engine import KinematicEngine
+from mimic2dm.tasks.tracking2d.config import TrackingConfig
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_motion
-from mimic2dm.tasks.tracking2d.task import Tracking2DTask, TrackingConfig
+from mimic2dm.tasks.tracking2d.source import ClipReference
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
 from mimic2dm.engines import load_engine
 from mimic2dm.geometry.virtual import VirtualCameraConfig
@@ -27,9 +29,14 @@ def library(m2, **kw):
     return ReferenceLibrary([clip_from_motion(m2, 30.0, "demo")], m2.keypoint_set, **kw)
 
 
+def tracking(engine, lib, cfg, **kw) -> Tracking2DTask:
+    """The task over the clips of ``lib``."""
+    return Tracking2DTask(engine, ClipReference(lib, engine.num_envs, cfg.num_views), cfg, **kw)
+
+
 def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
     m3, m2 = demo
-    task = Tracking2DTask(
+    task = tracking(
         KinematicEngine("humanoid", 6), library(m2), TrackingConfig(max_episode_steps=10)
     )
     obs = task.observe()
@@ -37,14 +44,17 @@ def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
     assert task.obs_layout() == {"prop": task.prop_dim, "view": task.view_dim, "views": 1}
     lengths, causes = [], {}
     for _ in range(25):
-        obs, r, term, trunc, info = task.step(torch.zeros(6, task.action_dim))
+        res = task.step(torch.zeros(6, task.action_dim))
+        obs, r, term, trunc = res.obs, res.reward, res.terminated, res.truncated
         assert obs.shape == (6, task.obs_dim) and r.shape == (6,)
         assert ((r >= 0) & (r <= 1)).all()
         assert not (term & trunc).any()
-        assert torch.equal(info["time_outs"], trunc)
-        lengths += info["episode_lengths"]
-        for k, v in info["causes"].items():
-            causes[k] = causes.get(k, 0) + v
+        assert torch.equal(res.causes["timeout"], trunc)
+        assert set(res.terms) == {"pos", "vel", "reg"}  # no object: no obj term
+        lengths += res.episode_length[res.done].tolist()
+        assert (res.episode_length[~res.done] == 0).all()
+        for k, v in res.causes.items():
+            causes[k] = causes.get(k, 0) + int(v.sum())
     assert lengths and max(lengths) <= 10
     assert causes["timeout"] > 0
     assert (task.steps <= 10).all()
@@ -52,24 +62,22 @@ def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
 
 def test_reprojection_termination_fires_on_a_wild_action(demo):
     m3, m2 = demo
-    task = Tracking2DTask(KinematicEngine("humanoid", 4), library(m2), TrackingConfig())
+    task = tracking(KinematicEngine("humanoid", 4), library(m2), TrackingConfig())
     task.observe()
-    _, r, term, trunc, info = task.step(
-        torch.ones(4, task.action_dim)
-    )  # every joint to one extreme
-    assert term.all() and info["causes"]["reprojection"] == 4
+    res = task.step(torch.ones(4, task.action_dim))  # every joint to one extreme
+    assert res.terminated.all() and int(res.causes["reprojection"].sum()) == 4
     assert (task.steps == 0).all()  # auto-reset started new episodes
 
 
 def test_nonfinite_physics_is_terminated_and_counted(demo):
     m3, m2 = demo
     eng = KinematicEngine("humanoid", 3)
-    task = Tracking2DTask(eng, library(m2), TrackingConfig())
+    task = tracking(eng, library(m2), TrackingConfig())
     task.observe()
     eng.nan_envs[1] = True
-    obs, r, term, trunc, info = task.step(torch.zeros(3, task.action_dim))
-    assert info["causes"]["nonfinite"] == 1 and term[1] and r[1] == 0.0
-    assert torch.isfinite(obs).all()
+    res = task.step(torch.zeros(3, task.action_dim))
+    assert int(res.causes["nonfinite"].sum()) == 1 and res.terminated[1] and res.reward[1] == 0.0
+    assert torch.isfinite(res.obs).all()
 
 
 def test_camera_parameters_never_reach_the_policy(demo):
@@ -85,14 +93,14 @@ def test_camera_parameters_never_reach_the_policy(demo):
     lib_b = library(m2b)
     obs = []
     for lib in (lib_a, lib_b):
-        task = Tracking2DTask(KinematicEngine("humanoid", 2), lib, TrackingConfig(), seed=3)
+        task = tracking(KinematicEngine("humanoid", 2), lib, TrackingConfig(), seed=3)
         obs.append(task.observe())
     assert torch.allclose(obs[0], obs[1], atol=1e-4)
 
 
 def test_values_fill_asi_buffers_and_state_dict_roundtrips(demo):
     m3, m2 = demo
-    task = Tracking2DTask(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=1)
+    task = tracking(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=1)
     task.observe()
     assert not torch.isfinite(task.asi.scores).any()
     for _ in range(5):
@@ -100,7 +108,7 @@ def test_values_fill_asi_buffers_and_state_dict_roundtrips(demo):
         task.observe_values(torch.arange(8, dtype=torch.float32))
     assert torch.isfinite(task.asi.scores).any()
     state = task.state_dict()
-    other = Tracking2DTask(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=99)
+    other = tracking(KinematicEngine("humanoid", 8), library(m2), TrackingConfig(), seed=99)
     other.load_state_dict(state)
     assert torch.equal(other.asi.scores, task.asi.scores)
     a = task.asi.sample_frames(5, task.gen)
@@ -111,7 +119,7 @@ def test_values_fill_asi_buffers_and_state_dict_roundtrips(demo):
 def test_multi_view_episodes_observe_each_view(demo):
     m3, m2 = demo
     lib = library(m2, view_mode="virtual", camera_config=VirtualCameraConfig())
-    task = Tracking2DTask(KinematicEngine("humanoid", 3), lib, TrackingConfig(num_views=2))
+    task = tracking(KinematicEngine("humanoid", 3), lib, TrackingConfig(num_views=2))
     obs = task.observe()
     assert obs.shape[1] == task.prop_dim + 2 * task.view_dim
     v1 = obs[:, task.prop_dim : task.prop_dim + task.view_dim]
@@ -122,7 +130,7 @@ def test_multi_view_episodes_observe_each_view(demo):
 def test_keypoint_set_mismatch_is_a_clear_error(demo):
     m3, m2 = demo
     with pytest.raises(ValueError, match="dog17"):
-        Tracking2DTask(KinematicEngine("dog", 2), library(m2), TrackingConfig())
+        tracking(KinematicEngine("dog", 2), library(m2), TrackingConfig())
 
 
 def test_clip_without_cameras_is_a_clear_error(demo):
@@ -145,20 +153,20 @@ def test_create_reset_step_on_real_mujoco(character, demo):
             kp.keypoints, kp.keypoint_set, kp.fps, num_views=2, camera="static", seed=0
         )
     lib = ReferenceLibrary([clip_from_motion(m2, 30.0, character)], m2.keypoint_set)
-    eng = load_engine("mujoco", character, num_envs=8)
-    task = Tracking2DTask(eng, lib, TrackingConfig())
-    obs = task.observe()
+    eng = load_engine("mujoco", character, 8)
+    task = tracking(eng, lib, TrackingConfig())
+    assert torch.isfinite(task.observe()).all()
     g = torch.Generator().manual_seed(0)
     total = torch.zeros(8)
     for _ in range(20):
-        obs, r, term, trunc, info = task.step(0.1 * torch.randn(8, task.action_dim, generator=g))
-        assert torch.isfinite(obs).all() and torch.isfinite(r).all()
-        total += r
+        res = task.step(0.1 * torch.randn(8, task.action_dim, generator=g))
+        assert torch.isfinite(res.obs).all() and torch.isfinite(res.reward).all()
+        total += res.reward
     assert (total > 0).all()
     # the character starts under its reference: the initial 2D error is far below the termination bound
     task.reset(torch.arange(8))
     uv, valid = task.project_character()
     ref, mask = task.reference(task.frame)
     err = ((uv - ref).norm(dim=-1) * mask).amax(-1)
-    assert err.median() < 0.12 * task.views.height[0]
+    assert err.median() < 0.12 * task.source.heights()[0]
     eng.close()

@@ -144,11 +144,23 @@ def test_rewards_ignore_masked_keypoints_and_resolution():
 
 
 def test_combine_renormalises_weights_over_present_terms():
-    cfg = RewardConfig()
+    scales = RewardConfig().scales
     t = {"pos": torch.tensor([1.0]), "vel": torch.tensor([0.0]), "reg": torch.tensor([0.0])}
-    assert combine(t, cfg).item() == pytest.approx(0.6 / 0.8)
+    assert combine(t, scales).item() == pytest.approx(0.6 / 0.8)  # no object: obj left out
     t["obj"] = torch.tensor([1.0])
-    assert combine(t, cfg).item() == pytest.approx(0.8)
+    assert combine(t, scales).item() == pytest.approx(0.8)
+    # a zero-weight term is still a term (logged) but adds nothing
+    assert combine(t, {**scales, "vel": 0.0}).item() == pytest.approx(0.8 / 0.9)
+    assert combine({"pos": torch.tensor([0.5])}, {"pos": 2.0}).item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="no weight"):
+        combine({"vel": torch.tensor([1.0])}, {"pos": 1.0})
+
+
+def test_reward_scales_are_checked():
+    with pytest.raises(ValueError, match="unknown terms \\['post'\\]"):
+        RewardConfig(scales={"post": 1.0})
+    with pytest.raises(ValueError, match=">= 0"):
+        RewardConfig(scales={"pos": -1.0})
 
 
 def test_object_reward_term():

@@ -35,10 +35,13 @@ def _ball() -> ObjectSpec:
     return make_ball()
 
 
-CHARACTERS.register("humanoid", _humanoid)
-CHARACTERS.register("dog", _dog)
-CHARACTERS.register("dog_spine", functools.partial(_dog, spine=True))
-OBJECTS.register("ball", _ball)
+CHARACTERS.register(
+    "humanoid", _humanoid, description="CMU 15-body humanoid, 28 DoF, COCO-17 keypoints"
+)
+CHARACTERS.register("dog", _dog, description="robot dog, 12 DoF, dog17 keypoints")
+CHARACTERS.register("dog_spine", functools.partial(_dog, spine=True),
+                    description="robot dog with spine and neck joints, 16 DoF, dog17 keypoints")  # fmt: skip
+OBJECTS.register("ball", _ball, description="size-5 football (0.11 m radius, 0.43 kg)")
 
 
 def load_character(name: str) -> CharacterSpec:

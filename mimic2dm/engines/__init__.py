@@ -5,15 +5,19 @@ optional::
 
     from mimic2dm.engines import load_engine
     engine = load_engine("mujoco", "humanoid", num_envs=64, objects=("ball",))
+    engine = load_engine(EngineOptions(physics_hz=120.0, device="cuda:0"), "dog", 16)
 
-This module imports neither torch nor any simulator: an entry point that runs on Isaac
-Gym calls :func:`preload_backend` before anything imports torch.
+Every backend takes one :class:`~mimic2dm.engines.base.EngineOptions` (the keys of
+``conf/engine/<name>.yaml``); nothing outside this package branches on an engine name.
+
+This module imports neither torch nor any simulator. ``newton`` is an optional extra
+(``pip install -e .[newton]``); without it, loading that engine raises ``ImportError``
+saying how to install it.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 from mimic2dm.utils.registry import Registry
@@ -29,38 +33,10 @@ def _lazy(module: str, cls: str):
     return factory
 
 
-def _gpu_only(name: str, needs: str):
-    def factory():
-        raise ImportError(
-            f"engine {name!r} needs a GPU machine with {needs}; it is not available on this "
-            f"CPU machine and its backend is not part of this build. Use engine 'mujoco'."
-        )
-
-    return factory
-
-
-def preload_backend(name: str) -> None:
-    """Import what backend ``name`` needs before torch; call it first in an entry point.
-
-    The one place that knows Isaac Gym must be imported before torch.
-
-    Raises:
-        ImportError: torch is already imported, or the simulator is not installed.
-    """
-    if name != "isaacgym":
-        return
-    if "torch" in sys.modules and "isaacgym" not in sys.modules:
-        raise ImportError(
-            "isaacgym must be imported before torch: call "
-            "mimic2dm.engines.preload_backend('isaacgym') before importing torch or any "
-            "module that imports it"
-        )
-    importlib.import_module("isaacgym")
-
-
-ENGINES.register("mujoco", _lazy("mimic2dm.engines.mujoco_engine", "MujocoEngine"))
-ENGINES.register("isaacgym", _gpu_only("isaacgym", "Isaac Gym (CUDA; not on any package registry)"))
-ENGINES.register("newton", _gpu_only("newton", "Newton and warp on CUDA"))
+ENGINES.register("mujoco", _lazy("mimic2dm.engines.mujoco_engine", "MujocoEngine"),
+                 description="batched MuJoCo on the CPU (threaded; the reference backend)")  # fmt: skip
+ENGINES.register("newton", _lazy("mimic2dm.engines.newton_engine", "NewtonEngine"),
+                 description="Newton's MuJoCo-Warp solver on CPU or CUDA (optional extra: .[newton])")  # fmt: skip
 
 
 def engine_names() -> list[str]:
@@ -68,16 +44,26 @@ def engine_names() -> list[str]:
     return ENGINES.names()
 
 
-def load_engine(name: str, *args, **kwargs):
-    """Build engine ``name`` (an :class:`~mimic2dm.engines.base.Engine`).
+def load_engine(engine, character, num_envs: int, objects=(), **overrides):
+    """Build an :class:`~mimic2dm.engines.base.Engine` from its options.
 
     Args:
-        name: registered engine name (``"mujoco"``).
-        *args, **kwargs: the engine's arguments: ``character, num_envs, objects=(),
-            control_dt=1/30, physics_dt=1/60`` plus backend options.
+        engine: an ``EngineOptions``, or a registered engine name (default options).
+        character: registry name (``"humanoid"``) or a ``CharacterSpec``.
+        num_envs: number of parallel envs.
+        objects: prop names (``("ball",)``).
+        **overrides: ``EngineOptions`` fields to change (``num_threads=1``, ``device="cuda"``).
 
     Raises:
-        KeyError: unknown ``name``; the message lists the valid names.
+        KeyError: unknown engine name; the message lists the valid names.
         ImportError: the backend cannot run on this machine.
+        ValueError: an unknown or invalid option, named.
     """
-    return ENGINES.load(name)(*args, **kwargs)
+    from mimic2dm.engines.base import EngineOptions
+
+    options = EngineOptions(name=engine) if isinstance(engine, str) else engine
+    if not isinstance(options, EngineOptions):
+        raise TypeError(f"engine must be a name or an EngineOptions, got {type(engine).__name__}")
+    if overrides:
+        options = options.replace(**overrides)
+    return ENGINES.load(options.name)(character, num_envs, tuple(objects), options)

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from mimic2dm.geometry.rotations import wxyz_to_xyzw, xyzw_to_wxyz
+
 if TYPE_CHECKING:
     from mimic2dm.characters import CharacterSpec
 
@@ -69,6 +71,18 @@ class SimState:
             **{f.name: getattr(self, f.name)[env_ids] for f in dataclasses.fields(self)}
         )
 
+    def to(self, device: torch.device | str) -> SimState:
+        """The same state on ``device`` (no copy for tensors already there)."""
+        return SimState(
+            **{f.name: getattr(self, f.name).to(device) for f in dataclasses.fields(self)}
+        )
+
+    @staticmethod
+    def cat(states: Sequence[SimState]) -> SimState:
+        """Envs of ``states`` concatenated in order (``N = sum`` of theirs)."""
+        names = [f.name for f in dataclasses.fields(SimState)]
+        return SimState(**{n: torch.cat([getattr(s, n) for s in states]) for n in names})
+
     def clone(self) -> SimState:
         """Deep copy."""
         return SimState(**{f.name: getattr(self, f.name).clone() for f in dataclasses.fields(self)})
@@ -104,6 +118,8 @@ class EngineLayout:
         keypoint_names: ``K`` keypoints, keypoint-set order.
         contact_names: ``C`` bodies with contact flags.
         object_names: ``O`` props, in the order they were passed.
+        order: how the backend's own dof/body order and quaternions map to these
+            (None: the backend stores them in this layout already).
     """
 
     dof_names: tuple[str, ...]
@@ -111,6 +127,180 @@ class EngineLayout:
     keypoint_names: tuple[str, ...]
     contact_names: tuple[str, ...]
     object_names: tuple[str, ...]
+    order: OrderMap | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """How to build an engine, besides its character, ``num_envs`` and objects.
+
+    The fields are the keys of the Hydra group ``engine`` (``conf/engine/<name>.yaml``),
+    which reach the backend unchanged (:meth:`from_mapping`). Every backend takes this one
+    dataclass; a field a backend has no use for is ignored by it (documented per field).
+
+    Attributes:
+        name: registered engine name (``"mujoco"``).
+        physics_hz: simulator rate (Hz); ``physics_dt = 1 / physics_hz``.
+        control_hz: policy rate (Hz); must divide ``physics_hz`` (``substeps`` physics
+            steps per control step).
+        num_threads: CPU simulation threads (0: every core this process may use); GPU
+            backends ignore it.
+        device: torch device of every tensor the engine takes and returns (``"cpu"``,
+            ``"cuda:0"``); a CPU simulator copies at its boundary.
+        persistent: MuJoCo: one ``MjData`` per env (exact read-outs at no extra cost, ~0.35
+            MB per humanoid env) instead of one per thread.
+        scene_xml: MuJoCo: an MJCF scene to simulate instead of the one built from the
+            character and objects (needs the character's names, one actuator per dof and
+            the keypoint ``framepos`` / contact ``touch`` sensors).
+    """
+
+    name: str = "mujoco"
+    physics_hz: float = 60.0
+    control_hz: float = 30.0
+    num_threads: int = 0
+    device: str = "cpu"
+    persistent: bool = True
+    scene_xml: str | None = None
+
+    def __post_init__(self) -> None:
+        from mimic2dm.engines import engine_names
+        from mimic2dm.utils.validate import ConfigError, check, check_choice, check_device
+
+        check_choice("engine.name", self.name, engine_names())
+        check("engine.physics_hz", self.physics_hz, gt=0)
+        check("engine.control_hz", self.control_hz, gt=0)
+        check("engine.num_threads", self.num_threads, ge=0, integer=True)
+        check_device("engine.device", self.device)
+        try:
+            self.substeps  # noqa: B018
+        except ValueError:
+            raise ConfigError("engine.physics_hz", self.physics_hz,
+                              f"a whole multiple (>= 1) of engine.control_hz={self.control_hz:g}") from None  # fmt: skip
+
+    @property
+    def physics_dt(self) -> float:
+        return 1.0 / self.physics_hz
+
+    @property
+    def control_dt(self) -> float:
+        return 1.0 / self.control_hz
+
+    @property
+    def substeps(self) -> int:
+        """Physics steps per control step (``physics_hz / control_hz``)."""
+        return substeps_for(self.control_dt, self.physics_dt)
+
+    @classmethod
+    def from_mapping(cls, values, where: str = "engine") -> EngineOptions:
+        """Options from a mapping (a Hydra ``engine`` group, a dict); unknown keys raise.
+
+        Args:
+            values: ``{field: value}``; missing fields keep their defaults.
+            where: the config key of ``values``, named in errors.
+
+        Raises:
+            ConfigError: an unknown key or a value out of range, naming the key.
+        """
+        from mimic2dm.utils.config import from_mapping
+
+        return from_mapping(cls, dict(values), where)
+
+    def replace(self, **changes) -> EngineOptions:
+        """A copy with ``changes`` (field names; unknown ones raise)."""
+        return EngineOptions.from_mapping({**dataclasses.asdict(self), **changes}, "engine options")
+
+
+@dataclass(frozen=True)
+class OrderMap:
+    """A backend's names, order and quaternion convention against the project's canonical layout.
+
+    Canonical: the character's ``dof_names`` and ``body_names`` order (MJCF depth-first, root
+    first) and xyzw quaternions. A backend that stores dofs or bodies in another order, or
+    quaternions as wxyz, converts every read-out with ``*_to_canonical`` and every input with
+    ``*_from_canonical``, so tasks see one layout whatever the simulator.
+
+    Attributes:
+        dof_names: ``J`` canonical dof names.
+        backend_dof_names: the same names in the backend's order.
+        body_names: ``B`` canonical body names.
+        backend_body_names: the same names in the backend's order.
+        quat: the backend's quaternion convention, ``"xyzw"`` or ``"wxyz"``.
+    """
+
+    dof_names: tuple[str, ...]
+    backend_dof_names: tuple[str, ...]
+    body_names: tuple[str, ...]
+    backend_body_names: tuple[str, ...]
+    quat: str = "xyzw"
+
+    def __post_init__(self):
+        for what in ("dof", "body"):
+            canon, back = getattr(self, f"{what}_names"), getattr(self, f"backend_{what}_names")
+            if len(set(canon)) != len(canon) or sorted(canon) != sorted(back):
+                raise ValueError(
+                    f"OrderMap: backend {what} names {list(back)} are not a permutation of the "
+                    f"canonical {what} names {list(canon)}"
+                )
+        if self.quat not in ("xyzw", "wxyz"):
+            raise ValueError(f"OrderMap.quat must be 'xyzw' or 'wxyz', got {self.quat!r}")
+
+    @staticmethod
+    def identity(dof_names: Sequence[str], body_names: Sequence[str]) -> OrderMap:
+        """The map of a backend that already reports the canonical layout."""
+        return OrderMap(tuple(dof_names), tuple(dof_names), tuple(body_names), tuple(body_names))
+
+    @property
+    def dof_index(self) -> tuple[int, ...]:
+        """``J`` backend positions of the canonical dofs: ``canonical[i] = backend[dof_index[i]]``."""
+        return tuple(self.backend_dof_names.index(n) for n in self.dof_names)
+
+    @property
+    def body_index(self) -> tuple[int, ...]:
+        """``B`` backend positions of the canonical bodies."""
+        return tuple(self.backend_body_names.index(n) for n in self.body_names)
+
+    @property
+    def is_identity(self) -> bool:
+        return (
+            self.dof_names == self.backend_dof_names
+            and self.body_names == self.backend_body_names
+            and self.quat == "xyzw"
+        )
+
+    @staticmethod
+    def _gather(x: torch.Tensor, index: Sequence[int], dim: int) -> torch.Tensor:
+        return x.index_select(dim, torch.tensor(index, dtype=torch.long, device=x.device))
+
+    @staticmethod
+    def _inverse(index: Sequence[int]) -> list[int]:
+        inv = [0] * len(index)
+        for i, j in enumerate(index):
+            inv[j] = i
+        return inv
+
+    def dofs_to_canonical(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., J]`` backend dof order -> canonical order."""
+        return self._gather(x, self.dof_index, -1)
+
+    def dofs_from_canonical(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., J]`` canonical dof order -> backend order."""
+        return self._gather(x, self._inverse(self.dof_index), -1)
+
+    def bodies_to_canonical(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., B, D]`` backend body order -> canonical order."""
+        return self._gather(x, self.body_index, -2)
+
+    def bodies_from_canonical(self, x: torch.Tensor) -> torch.Tensor:
+        """``[..., B, D]`` canonical body order -> backend order."""
+        return self._gather(x, self._inverse(self.body_index), -2)
+
+    def quat_to_canonical(self, q: torch.Tensor) -> torch.Tensor:
+        """``[..., 4]`` backend quaternions -> xyzw."""
+        return wxyz_to_xyzw(q) if self.quat == "wxyz" else q
+
+    def quat_from_canonical(self, q: torch.Tensor) -> torch.Tensor:
+        """``[..., 4]`` xyzw quaternions -> the backend's convention."""
+        return xyzw_to_wxyz(q) if self.quat == "wxyz" else q
 
 
 def substeps_for(control_dt: float, physics_dt: float) -> int:
@@ -136,37 +326,6 @@ def substeps_for(control_dt: float, physics_dt: float) -> int:
     return n
 
 
-@dataclass
-class EngineConfig:
-    """Engine options of the Hydra group ``engine`` (checked on construction).
-
-    Attributes:
-        name: registered engine (``mujoco``).
-        num_threads: simulation threads of an in-process engine (0: all cores).
-        physics_hz: simulation rate (> 0); a whole multiple (>= 1) of ``control_hz``.
-        control_hz: policy rate (> 0).
-    """
-
-    name: str = "mujoco"
-    num_threads: int = 1
-    physics_hz: float = 60.0
-    control_hz: float = 30.0
-
-    def __post_init__(self) -> None:
-        from mimic2dm.engines import engine_names
-        from mimic2dm.utils.validate import ConfigError, check, check_choice
-
-        check_choice("engine.name", self.name, engine_names())
-        check("engine.num_threads", self.num_threads, ge=0, integer=True)
-        check("engine.physics_hz", self.physics_hz, gt=0)
-        check("engine.control_hz", self.control_hz, gt=0)
-        try:
-            substeps_for(1.0 / self.control_hz, 1.0 / self.physics_hz)
-        except ValueError:
-            raise ConfigError("engine.physics_hz", self.physics_hz,
-                              f"a whole multiple (>= 1) of engine.control_hz={self.control_hz:g}") from None  # fmt: skip
-
-
 def resolve_character(character: str | CharacterSpec) -> CharacterSpec:
     """A :class:`CharacterSpec` from a registry name or a spec.
 
@@ -188,39 +347,42 @@ class Engine(abc.ABC):
 
     A control step (:meth:`step`) advances every env by ``control_dt`` = ``substeps``
     physics steps of ``physics_dt``, with the PD targets held fixed. Backends implement
-    the ``_``-prefixed methods; they receive validated float32 CPU-or-device tensors.
+    the ``_``-prefixed methods; they receive validated float32 tensors on ``device``.
 
     Args:
         character: registry name (``"humanoid"``) or a ``CharacterSpec``.
         num_envs: number of parallel envs ``N``.
         objects: prop names (``"ball"``) simulated in every env.
-        control_dt: policy period (s); a whole multiple of ``physics_dt``.
-        physics_dt: simulator timestep (s).
+        options: rates, threads, device and backend options (default: ``EngineOptions()``).
     """
-
-    device: torch.device = torch.device("cpu")
 
     def __init__(
         self,
         character: str | CharacterSpec,
         num_envs: int,
         objects: Sequence[str] = (),
-        *,
-        control_dt: float = 1.0 / 30.0,
-        physics_dt: float = 1.0 / 60.0,
+        options: EngineOptions | None = None,
     ):
         if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
         if isinstance(objects, str):
             raise TypeError(f"objects must be a sequence of names, got the string {objects!r}")
-        self.substeps = substeps_for(control_dt, physics_dt)
-        self.control_dt = float(control_dt)
-        self.physics_dt = float(physics_dt)
+        options = EngineOptions() if options is None else options
+        if not isinstance(options, EngineOptions):
+            raise TypeError(f"options must be an EngineOptions, got {type(options).__name__}")
+        self.options = options
+        self.substeps = options.substeps
+        self.control_dt = options.control_dt
+        self.physics_dt = options.physics_dt
+        self.device = torch.device(options.device)
         self.num_envs = num_envs
         self.character = resolve_character(character)
         self.objects = tuple(objects)
         self.layout = self._build()
-        self._default = self._default_state()
+        self.order_map = self.layout.order or OrderMap.identity(
+            self.layout.dof_names, self.layout.body_names
+        )
+        self._default = self._default_state().to(self.device)
         # Every engine starts with all envs in the default state.
         self._reset(torch.arange(num_envs, device=self.device), self.default_state())
 
@@ -311,7 +473,7 @@ class Engine(abc.ABC):
 
     def get_dof_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Joint limits ``lower [J]``, ``upper [J]`` (rad), also the PD target range."""
-        rng = torch.tensor(self.character.joint_range, dtype=torch.float32)
+        rng = torch.tensor(self.character.joint_range, dtype=torch.float32, device=self.device)
         return rng[:, 0].clone(), rng[:, 1].clone()
 
     # ------------------------------------------------------------------ reset
@@ -408,7 +570,8 @@ class Engine(abc.ABC):
                 else type(env_ids).__name__
             )
             raise TypeError(f"env_ids must be a 1-D LongTensor [M], got {got}")
-        if env_ids.numel() and (int(env_ids.min()) < 0 or int(env_ids.max()) >= self.num_envs):
+        # one boolean read-back, no host copies of the ids (they may live on a GPU)
+        if env_ids.numel() and bool(((env_ids < 0) | (env_ids >= self.num_envs)).any()):
             raise ValueError(f"env_ids must be in [0, {self.num_envs}), got {env_ids.tolist()}")
         if torch.unique(env_ids).numel() != env_ids.numel():
             raise ValueError(f"env_ids must be distinct, got {env_ids.tolist()}")

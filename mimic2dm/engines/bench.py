@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from mujoco import rollout as mj_rollout
 
+from mimic2dm.engines.base import EngineOptions
 from mimic2dm.engines.mujoco_engine import MujocoEngine, default_num_threads
 
 
@@ -131,7 +132,7 @@ def bench_engine(
         ``single_env_steps_per_s``, ``engine_vs_raw``, ``engine_vs_single`` and the setup.
     """
     threads = default_num_threads() if threads is None else threads
-    engine = MujocoEngine(character, num_envs, objects, num_threads=threads)
+    engine = MujocoEngine(character, num_envs, objects, EngineOptions(num_threads=threads))
     try:
         targets = engine.default_state().dof_pos
         ctrl = np.zeros(engine.model.nu)
@@ -165,3 +166,92 @@ def bench_engine(
         }
     finally:
         engine.close()
+
+
+def _keypoint_parity(engine, reference: MujocoEngine, targets: torch.Tensor) -> float:
+    """Largest keypoint distance (m) between two engines from the same state and targets.
+
+    Args:
+        engine, reference: engines with the same character and ``num_envs``.
+        targets: ``[T, N, J]`` PD targets applied to both, one per control step.
+    """
+    state = reference.get_state()
+    engine.reset(None, state.to(engine.device))
+    worst = 0.0
+    for t in range(targets.shape[0]):
+        engine.step(targets[t].to(engine.device))
+        reference.step(targets[t])
+        d = (engine.get_keypoints().cpu() - reference.get_keypoints()).norm(dim=-1).max()
+        worst = max(worst, float(d))
+    return worst
+
+
+def bench_backend(
+    name: str,
+    character: str = "humanoid",
+    num_envs: int = 64,
+    seconds: float = 2.0,
+    threads: int | None = None,
+    device: str = "cpu",
+    rounds: int = 4,
+) -> dict:
+    """Throughput and MuJoCo parity of engine ``name``, with the MuJoCo engine as baseline.
+
+    Both engines simulate ``num_envs`` copies of ``character`` at the default rates; the
+    MuJoCo engine uses ``threads`` CPU threads. Parity: from the default standing state,
+    (a) 1 s holding the pose, (b) 0.2 s of PD targets offset from it by fixed random
+    angles (N(0, 0.1) rad, seed 0); the largest keypoint distance over every step.
+
+    Returns:
+        Dict with ``engine_env_steps_per_s``, ``mujoco_env_steps_per_s``,
+        ``engine_vs_mujoco``, ``parity_standing_1s_m``, ``parity_targets_0.2s_m`` and the setup.
+    """
+    from mimic2dm.engines import load_engine
+
+    threads = default_num_threads() if threads is None else threads
+    t0 = time.perf_counter()
+    engine = load_engine(EngineOptions(name=name, device=device), character, num_envs)
+    build_s = time.perf_counter() - t0
+    reference = MujocoEngine(character, num_envs, (), EngineOptions(num_threads=threads))
+    try:
+        hold = reference.default_state().dof_pos
+        lo, hi = reference.get_dof_limits()
+        gen = torch.Generator().manual_seed(0)
+        offset = 0.1 * torch.randn(hold.shape, generator=gen)
+        steps = lambda s: round(s / reference.control_dt)  # noqa: E731
+        standing = _keypoint_parity(engine, reference, hold.expand(steps(1.0), *hold.shape))
+        reference.reset()
+        moved = torch.clamp(hold + offset, lo, hi)
+        driven = _keypoint_parity(engine, reference, moved.expand(steps(0.2), *hold.shape))
+        engine.reset()
+        reference.reset()
+        rates = _best_rates(
+            {
+                "engine": _engine_loop(engine, hold.to(engine.device)),
+                "mujoco": _engine_loop(reference, hold),
+            },
+            seconds,
+            rounds,
+        )
+        a, b = rates["engine"], rates["mujoco"]
+        return {
+            "engine": name,
+            "device": str(engine.device),
+            "character": engine.character.name,
+            "num_envs": num_envs,
+            "threads": threads,
+            "substeps": engine.substeps,
+            "seconds": seconds,
+            "rounds": rounds,
+            "build_s": build_s,
+            "engine_env_steps_per_s": a,
+            "mujoco_env_steps_per_s": b,
+            "engine_vs_mujoco": a / b,
+            "parity_standing_1s_m": standing,
+            "parity_targets_0.2s_m": driven,
+            "cpu": platform.processor() or platform.machine(),
+            "cores_available": default_num_threads(),
+        }
+    finally:
+        engine.close()
+        reference.close()

@@ -43,6 +43,29 @@ def _table(result: dict) -> Table:
     return table
 
 
+def _backend_table(result: dict) -> Table:
+    a = result["engine_env_steps_per_s"]
+    table = Table(
+        title=(
+            f"{result['engine']} on {result['device']}, {result['character']}: {result['num_envs']} envs "
+            f"(MuJoCo: {result['threads']} threads), built in {result['build_s']:.0f} s"
+        )
+    )
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    table.add_row(f"{result['engine']} env-steps/s (step + keypoints)", f"{a:,.0f}")
+    table.add_row("MuJoCo engine env-steps/s", f"{result['mujoco_env_steps_per_s']:,.0f}")
+    table.add_row(f"{result['engine']} / MuJoCo", f"{result['engine_vs_mujoco']:.2f}x")
+    table.add_row(
+        "keypoint error vs MuJoCo, 1 s standing", f"{result['parity_standing_1s_m']:.2e} m"
+    )
+    table.add_row(
+        "keypoint error vs MuJoCo, 0.2 s of offset targets",
+        f"{result['parity_targets_0.2s_m']:.2e} m",
+    )
+    return table
+
+
 @app.command()
 def engine(
     character: str = typer.Option("humanoid", help="Character: humanoid | dog."),
@@ -50,14 +73,36 @@ def engine(
     seconds: float = typer.Option(2.0, help="Timed seconds per measurement (three measurements)."),
     threads: int = typer.Option(0, help="Worker threads; 0 = all cores available."),
     ball: bool = typer.Option(False, help="Add a ball to the scene."),
+    engine_name: str = typer.Option(
+        "mujoco", "--engine", help="Engine to measure: mujoco | newton (others: against MuJoCo)."
+    ),
+    device: str = typer.Option("cpu", help="Device of a non-MuJoCo engine: cpu | cuda:N."),
     json_out: JsonOption = None,
 ) -> None:
-    """Measure MuJoCo engine env-steps/s against raw rollout and a single-env loop."""
-    from mimic2dm.engines.bench import bench_engine
+    """Measure engine env-steps/s against baselines measured in the same run.
 
+    ``--engine mujoco``: against raw ``mujoco.rollout`` and a single-env loop.
+    Another engine: against the MuJoCo engine, plus its keypoint parity error against it.
+    """
+    from mimic2dm.engines import engine_names
+
+    if engine_name not in engine_names():
+        raise typer.BadParameter(f"unknown engine {engine_name!r}; valid: {', '.join(engine_names())}",
+                                 param_hint="--engine")  # fmt: skip
+    if engine_name != "mujoco" and ball:
+        raise typer.BadParameter("--ball is only measured for --engine mujoco", param_hint="--ball")
     with library_output_to_log("bench"):
-        result = bench_engine(
-            character, num_envs, seconds, threads or None, ("ball",) if ball else ()
-        )
-    human_console(json_out).print(_table(result))
+        if engine_name == "mujoco":
+            from mimic2dm.engines.bench import bench_engine
+
+            result = bench_engine(
+                character, num_envs, seconds, threads or None, ("ball",) if ball else ()
+            )
+            table = _table(result)
+        else:
+            from mimic2dm.engines.bench import bench_backend
+
+            result = bench_backend(engine_name, character, num_envs, seconds, threads or None, device)
+            table = _backend_table(result)
+    human_console(json_out).print(table)
     write_json_report(result, json_out)

@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from mujoco import batch as mj_batch
 
-from mimic2dm.engines.base import Engine, EngineLayout, SimState
-from mimic2dm.geometry.rotations import quat_rotate, quat_rotate_inverse, wxyz_to_xyzw, xyzw_to_wxyz
+from mimic2dm.engines.base import Engine, EngineLayout, OrderMap, SimState
+from mimic2dm.geometry.rotations import quat_rotate, quat_rotate_inverse
 
 if TYPE_CHECKING:
     from mimic2dm.characters import CharacterSpec
@@ -56,29 +56,136 @@ def _cols(idx: Sequence[int]) -> slice | np.ndarray:
 
 
 @dataclass(frozen=True)
-class SceneIndex:
-    """Where each reported quantity lives in a compiled scene.
+class QposLayout:
+    """Where a :class:`SimState` lives in MuJoCo's ``qpos`` / ``qvel`` (the backend's layout).
+
+    MuJoCo stores the character's freejoint as ``pos [3], quat [4]`` (wxyz) with its angular
+    velocity in the body frame, then the hinge joints in model order, then each object's
+    freejoint. The dof permutation of :attr:`order` is folded into the column indices, so a
+    single gather reads the canonical order.
 
     Attributes:
         root_qpos: ``[7]`` qpos columns of the character's freejoint (pos, quat wxyz).
         root_qvel: ``[6]`` qvel columns (linear world, angular body frame).
-        dof_qpos: ``J`` qpos columns, ``dof_names`` order.
+        dof_qpos: ``J`` qpos columns, canonical ``dof_names`` order.
         dof_qvel: ``J`` qvel columns.
-        dof_ctrl: ``J`` ctrl columns (the position actuator of each dof).
         obj_qpos: ``[O, 7]`` qpos columns per object freejoint.
         obj_qvel: ``[O, 6]`` qvel columns.
-        body_ids: ``B`` character body ids, ``body_names`` order.
-        keypoint_cols: ``3K`` sensordata columns of the keypoint ``framepos`` sensors.
-        touch_cols: ``C`` sensordata columns of the contact-body touch sensors.
+        order: MuJoCo's joint/body order and wxyz quaternions against the canonical layout.
+        qpos0: ``[nq]`` the model's reference qpos (fills columns a state does not cover).
+        nv: qvel size.
     """
 
     root_qpos: np.ndarray
     root_qvel: np.ndarray
     dof_qpos: slice | np.ndarray
     dof_qvel: slice | np.ndarray
-    dof_ctrl: slice | np.ndarray
     obj_qpos: np.ndarray
     obj_qvel: np.ndarray
+    order: OrderMap
+    qpos0: np.ndarray
+    nv: int
+
+    @staticmethod
+    def build(model: mujoco.MjModel, spec: CharacterSpec, objects: Sequence[str]) -> QposLayout:
+        """Look the character's and objects' joints up in ``model``; raise on anything missing."""
+        order = mujoco_order(model, spec)
+        root_q, root_v = _free_joint(model, spec.root_body)
+        back_q, back_v = [], []
+        for name in order.backend_dof_names:
+            jid = _id(model, mujoco.mjtObj.mjOBJ_JOINT, name, "joint (from dof_names)")
+            if model.jnt_type[jid] not in (
+                int(mujoco.mjtJoint.mjJNT_HINGE),
+                int(mujoco.mjtJoint.mjJNT_SLIDE),
+            ):
+                raise ValueError(f"dof {name!r} must be a hinge or slide joint")
+            back_q.append(int(model.jnt_qposadr[jid]))
+            back_v.append(int(model.jnt_dofadr[jid]))
+        idx = order.dof_index
+        obj = [_free_joint(model, o) for o in objects]
+        return QposLayout(
+            root_qpos=root_q, root_qvel=root_v,
+            dof_qpos=_cols([back_q[i] for i in idx]), dof_qvel=_cols([back_v[i] for i in idx]),
+            obj_qpos=np.array([q for q, _ in obj], dtype=np.int64).reshape(len(obj), 7),
+            obj_qvel=np.array([v for _, v in obj], dtype=np.int64).reshape(len(obj), 6),
+            order=order, qpos0=model.qpos0.copy(), nv=int(model.nv),
+        )  # fmt: skip
+
+    def qpos(self, s: SimState) -> np.ndarray:
+        """``[N, nq]`` float64 qpos of states ``s`` (exact for float32 inputs)."""
+        s = s.to("cpu")
+        f64 = torch.float64
+        q = np.repeat(self.qpos0[None], s.num_envs, axis=0)
+        to_q = self.order.quat_from_canonical
+        q[:, self.root_qpos] = torch.cat([s.root_pos, to_q(s.root_rot)], -1).to(f64).numpy()
+        q[:, self.dof_qpos] = s.dof_pos.to(f64).numpy()
+        if self.obj_qpos.size:
+            q[:, self.obj_qpos] = torch.cat([s.object_pos, to_q(s.object_rot)], -1).to(f64).numpy()
+        return q
+
+    def qvel(self, s: SimState) -> np.ndarray:
+        """``[N, nv]`` float64 qvel of states ``s`` (angular velocities into body frames)."""
+        s = s.to("cpu")
+        f64 = torch.float64
+        v = np.zeros((s.num_envs, self.nv))
+        ang = quat_rotate_inverse(s.root_rot.to(f64), s.root_ang_vel.to(f64))
+        v[:, self.root_qvel] = torch.cat([s.root_lin_vel.to(f64), ang], -1).numpy()
+        v[:, self.dof_qvel] = s.dof_vel.to(f64).numpy()
+        if self.obj_qvel.size:
+            ang = quat_rotate_inverse(s.object_rot.to(f64), s.object_ang_vel.to(f64))
+            v[:, self.obj_qvel] = torch.cat([s.object_lin_vel.to(f64), ang], -1).numpy()
+        return v
+
+    def state(self, qpos: np.ndarray, qvel: np.ndarray) -> SimState:
+        """Float32 :class:`SimState` (CPU) of ``qpos [N, nq]``, ``qvel [N, nv]`` rows."""
+        qpos, qvel = torch.from_numpy(qpos), torch.from_numpy(qvel)
+        to_c = self.order.quat_to_canonical
+        root_q = qpos[:, self.root_qpos]
+        root_rot = to_c(root_q[:, 3:])
+        root_v = qvel[:, self.root_qvel]
+        obj_q = qpos[:, torch.from_numpy(self.obj_qpos)]  # [N, O, 7]
+        obj_v = qvel[:, torch.from_numpy(self.obj_qvel)]  # [N, O, 6]
+        obj_rot = to_c(obj_q[..., 3:])
+        f32 = torch.float32
+        # MuJoCo's freejoint angular velocity is in the body frame; report world frame.
+        return SimState(
+            root_pos=root_q[:, :3].to(f32), root_rot=root_rot.to(f32),
+            root_lin_vel=root_v[:, :3].to(f32), root_ang_vel=quat_rotate(root_rot, root_v[:, 3:]).to(f32),
+            dof_pos=qpos[:, self.dof_qpos].to(f32), dof_vel=qvel[:, self.dof_qvel].to(f32),
+            object_pos=obj_q[..., :3].to(f32), object_rot=obj_rot.to(f32),
+            object_lin_vel=obj_v[..., :3].to(f32), object_ang_vel=quat_rotate(obj_rot, obj_v[..., 3:]).to(f32),
+        )  # fmt: skip
+
+
+def mujoco_order(model: mujoco.MjModel, spec: CharacterSpec) -> OrderMap:
+    """MuJoCo's order of the character's joints and bodies (model ids) and its wxyz quaternions."""
+    jids = [
+        _id(model, mujoco.mjtObj.mjOBJ_JOINT, n, "joint (from dof_names)") for n in spec.dof_names
+    ]
+    bids = [_id(model, mujoco.mjtObj.mjOBJ_BODY, n, "body") for n in spec.body_names]
+    return OrderMap(
+        dof_names=tuple(spec.dof_names),
+        backend_dof_names=tuple(spec.dof_names[i] for i in np.argsort(jids, kind="stable")),
+        body_names=tuple(spec.body_names),
+        backend_body_names=tuple(spec.body_names[i] for i in np.argsort(bids, kind="stable")),
+        quat="wxyz",
+    )
+
+
+@dataclass(frozen=True)
+class SceneIndex:
+    """Where each reported quantity lives in a compiled scene.
+
+    Attributes:
+        qpos: the state's columns (:class:`QposLayout`).
+        dof_ctrl: ``J`` ctrl columns (the position actuator of each dof), canonical order.
+        body_ids: ``B`` character body ids, canonical ``body_names`` order.
+        keypoint_cols: ``3K`` sensordata columns of the keypoint ``framepos`` sensors.
+        touch_cols: ``C`` sensordata columns of the contact-body touch sensors.
+    """
+
+    qpos: QposLayout
+    dof_ctrl: slice | np.ndarray
     body_ids: slice | np.ndarray
     keypoint_cols: slice | np.ndarray
     touch_cols: slice | np.ndarray
@@ -86,26 +193,18 @@ class SceneIndex:
     @staticmethod
     def build(model: mujoco.MjModel, spec: CharacterSpec, objects: Sequence[str]) -> SceneIndex:
         """Look every name of ``spec`` and ``objects`` up in ``model``; raise on anything missing."""
-        root_q, root_v = _free_joint(model, spec.root_body)
-        dof_q, dof_v, dof_c = [], [], []
-        for name in spec.dof_names:
-            jid = _id(model, mujoco.mjtObj.mjOBJ_JOINT, name, "joint (from dof_names)")
-            if model.jnt_type[jid] not in (
-                int(mujoco.mjtJoint.mjJNT_HINGE),
-                int(mujoco.mjtJoint.mjJNT_SLIDE),
-            ):
-                raise ValueError(f"dof {name!r} must be a hinge or slide joint")
-            dof_q.append(model.jnt_qposadr[jid])
-            dof_v.append(model.jnt_dofadr[jid])
-            dof_c.append(_actuator_of(model, jid, name))
-        obj = [_free_joint(model, o) for o in objects]
-        body_ids = [_id(model, mujoco.mjtObj.mjOBJ_BODY, b, "body") for b in spec.body_names]
+        layout = QposLayout.build(model, spec, objects)
+        dof_c = [
+            _actuator_of(model, _id(model, mujoco.mjtObj.mjOBJ_JOINT, n, "joint"), n)
+            for n in spec.dof_names
+        ]
+        order = layout.order
+        back_bodies = [
+            _id(model, mujoco.mjtObj.mjOBJ_BODY, b, "body") for b in order.backend_body_names
+        ]
         return SceneIndex(
-            root_qpos=root_q, root_qvel=root_v,
-            dof_qpos=_cols(dof_q), dof_qvel=_cols(dof_v), dof_ctrl=_cols(dof_c),
-            obj_qpos=np.array([q for q, _ in obj], dtype=np.int64).reshape(len(obj), 7),
-            obj_qvel=np.array([v for _, v in obj], dtype=np.int64).reshape(len(obj), 6),
-            body_ids=_cols(body_ids),
+            qpos=layout, dof_ctrl=_cols(dof_c),
+            body_ids=_cols([back_bodies[i] for i in order.body_index]),
             keypoint_cols=_cols(_keypoint_cols(model, spec.keypoint_sites)),
             touch_cols=_cols(_touch_cols(model, spec.contact_bodies)),
         )  # fmt: skip
@@ -185,42 +284,18 @@ def _touch_cols(model: mujoco.MjModel, bodies: Sequence[str]) -> list[int]:
 class MujocoEngine(Engine):
     """MuJoCo CPU backend (see module docstring).
 
-    Args:
-        character: registry name or ``CharacterSpec``.
-        num_envs: number of parallel envs.
-        objects: prop names (``"ball"``).
-        control_dt: policy period (s), a whole multiple of ``physics_dt``.
-        physics_dt: MuJoCo timestep (s); overrides the scene's.
-        num_threads: worker threads (default: the cores this process may use).
-        scene_xml: MJCF to simulate instead of ``build_scene_xml(character, objects)``;
-            it must contain the character's names, one actuator per dof and the
-            keypoint ``framepos`` / contact ``touch`` sensors.
-        persistent: keep one ``MjData`` per env (exact read-outs at no extra cost; ~0.35 MB per env for
-            the humanoid) instead of one per thread.
+    Takes the base class's arguments. From ``options`` it uses ``physics_hz`` (overrides
+    the scene's timestep), ``control_hz``, ``num_threads`` (0: the cores this process may
+    use), ``persistent``, ``scene_xml`` and ``device``: the simulation runs on the CPU and
+    read-outs are copied to ``device`` (inputs come back to the CPU at this boundary).
     """
-
-    def __init__(
-        self,
-        character: str | CharacterSpec,
-        num_envs: int,
-        objects: Sequence[str] = (),
-        *,
-        control_dt: float = 1.0 / 30.0,
-        physics_dt: float = 1.0 / 60.0,
-        num_threads: int | None = None,
-        scene_xml: str | None = None,
-        persistent: bool = True,
-    ):
-        num_threads = default_num_threads() if num_threads is None else num_threads
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
-            raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
-        self.num_threads = num_threads
-        self.persistent = persistent
-        self.scene_xml = scene_xml
-        super().__init__(character, num_envs, objects, control_dt=control_dt, physics_dt=physics_dt)
 
     # ------------------------------------------------------------------ construction
     def _build(self) -> EngineLayout:
+        o = self.options
+        self.num_threads = o.num_threads or default_num_threads()
+        self.persistent = o.persistent
+        self.scene_xml = o.scene_xml
         if self.scene_xml is None:
             from mimic2dm.characters import build_scene_xml
 
@@ -251,25 +326,29 @@ class MujocoEngine(Engine):
             keypoint_names=tuple(spec.keypoint_names),
             contact_names=tuple(spec.contact_bodies),
             object_names=tuple(self.objects),
+            order=self.index.qpos.order,
         )
 
     def _default_state(self) -> SimState:
         pose = self.character.default_pose
-        qpos0 = torch.from_numpy(self.model.qpos0.copy())
         o = self.num_objects
-        f32 = torch.float32
 
         def t(x) -> torch.Tensor:
             return torch.from_numpy(np.array(x, dtype=np.float32)).unsqueeze(0)
 
-        obj_q = qpos0[torch.from_numpy(self.index.obj_qpos)].reshape(1, o, 7).to(f32)
+        # objects spawn where the scene puts them (qpos0)
+        spawn = self.index.qpos.state(self.model.qpos0[None].copy(), np.zeros((1, self.model.nv)))
         return SimState(
             root_pos=t(pose.root_pos), root_rot=t(pose.root_quat),
             root_lin_vel=torch.zeros(1, 3), root_ang_vel=torch.zeros(1, 3),
             dof_pos=t(pose.dof_pos), dof_vel=torch.zeros(1, self.num_dofs),
-            object_pos=obj_q[..., :3].clone(), object_rot=wxyz_to_xyzw(obj_q[..., 3:]),
+            object_pos=spawn.object_pos, object_rot=spawn.object_rot,
             object_lin_vel=torch.zeros(1, o, 3), object_ang_vel=torch.zeros(1, o, 3),
         )  # fmt: skip
+
+    def _out(self, x: np.ndarray) -> torch.Tensor:
+        """A host array as a float32 tensor on ``device``."""
+        return torch.from_numpy(x.astype(np.float32, copy=False)).to(self.device)
 
     # ------------------------------------------------------------------ hot path
     def _set_pd_targets(self, targets: torch.Tensor) -> None:
@@ -289,64 +368,32 @@ class MujocoEngine(Engine):
 
     def _get_keypoints(self) -> torch.Tensor:
         kp = self._sensordata[:, self.index.keypoint_cols].astype(np.float32)
-        return torch.from_numpy(kp).view(self.num_envs, self.num_keypoints, 3)
+        return self._out(kp).view(self.num_envs, self.num_keypoints, 3)
 
     def _get_contacts(self) -> torch.Tensor:
-        return torch.from_numpy(
-            (self._sensordata[:, self.index.touch_cols] > 0.0).astype(np.float32)
-        )
+        return self._out((self._sensordata[:, self.index.touch_cols] > 0.0).astype(np.float32))
 
     def _get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.index.body_ids
-        pos = torch.from_numpy(self._xpos[:, ids].astype(np.float32))
-        rot = wxyz_to_xyzw(torch.from_numpy(self._xquat[:, ids].astype(np.float32)))
+        pos = self._out(self._xpos[:, ids].astype(np.float32))
+        rot = self.order_map.quat_to_canonical(self._out(self._xquat[:, ids].astype(np.float32)))
         return pos, rot
 
     def _get_state(self) -> SimState:
-        ix = self.index
-        qpos, qvel = torch.from_numpy(self._qpos), torch.from_numpy(self._qvel)  # float64 views
-        root_q = qpos[:, ix.root_qpos]
-        root_rot = wxyz_to_xyzw(root_q[:, 3:])
-        root_v = qvel[:, ix.root_qvel]
-        obj_q = qpos[:, torch.from_numpy(ix.obj_qpos)]  # [N, O, 7]
-        obj_v = qvel[:, torch.from_numpy(ix.obj_qvel)]  # [N, O, 6]
-        obj_rot = wxyz_to_xyzw(obj_q[..., 3:])
-        f32 = torch.float32
-        # MuJoCo's freejoint angular velocity is in the body frame; report world frame.
-        return SimState(
-            root_pos=root_q[:, :3].to(f32), root_rot=root_rot.to(f32),
-            root_lin_vel=root_v[:, :3].to(f32), root_ang_vel=quat_rotate(root_rot, root_v[:, 3:]).to(f32),
-            dof_pos=qpos[:, ix.dof_qpos].to(f32), dof_vel=qvel[:, ix.dof_qvel].to(f32),
-            object_pos=obj_q[..., :3].to(f32), object_rot=obj_rot.to(f32),
-            object_lin_vel=obj_v[..., :3].to(f32), object_ang_vel=quat_rotate(obj_rot, obj_v[..., 3:]).to(f32),
-        )  # fmt: skip
+        return self.index.qpos.state(self._qpos, self._qvel).to(self.device)
 
     # ------------------------------------------------------------------ reset
     def _reset(self, env_ids: torch.Tensor, state: SimState) -> None:
-        ix, m = self.index, env_ids.numel()
-        s = {k: v.to(torch.float64) for k, v in vars(state).items()}  # exact for float32 inputs
-        qpos = np.repeat(self.model.qpos0[None], m, axis=0)
-        qvel = np.zeros((m, self.model.nv))
-        qpos[:, ix.root_qpos] = torch.cat([s["root_pos"], xyzw_to_wxyz(s["root_rot"])], -1).numpy()
-        qvel[:, ix.root_qvel] = torch.cat(
-            [s["root_lin_vel"], quat_rotate_inverse(s["root_rot"], s["root_ang_vel"])], -1
-        ).numpy()
-        qpos[:, ix.dof_qpos] = s["dof_pos"].numpy()
-        qvel[:, ix.dof_qvel] = s["dof_vel"].numpy()
-        if self.num_objects:
-            qpos[:, ix.obj_qpos] = torch.cat(
-                [s["object_pos"], xyzw_to_wxyz(s["object_rot"])], -1
-            ).numpy()
-            ang = quat_rotate_inverse(s["object_rot"], s["object_ang_vel"])
-            qvel[:, ix.obj_qvel] = torch.cat([s["object_lin_vel"], ang], -1).numpy()
+        lay, m = self.index.qpos, env_ids.numel()
+        state = state.to("cpu")
         ids = env_ids.cpu().numpy()
         # Whole rows: time, warmstart, applied forces and ctrl start clean, so a reset
         # env carries nothing over from its previous episode.
         self._batch.state[ids] = self._clean_row
-        self._qpos[ids] = qpos
-        self._qvel[ids] = qvel
+        self._qpos[ids] = lay.qpos(state)
+        self._qvel[ids] = lay.qvel(state)
         ctrl = np.zeros((m, self.model.nu))
-        ctrl[:, ix.dof_ctrl] = s["dof_pos"].numpy()  # hold the pose
+        ctrl[:, self.index.dof_ctrl] = state.dof_pos.to(torch.float64).numpy()  # hold the pose
         self._ctrl[ids] = ctrl
         # Full forward: keypoints, body poses and touch sensors of the new state.
         self._batch.forward(np.sort(ids).astype(np.int32), stage=_ACC)
@@ -375,7 +422,7 @@ class MujocoEngine(Engine):
         bad = ~(np.abs(self._qpos).max(axis=1) < _DIVERGED) | ~(
             np.abs(self._qvel).max(axis=1) < _DIVERGED
         )
-        return torch.from_numpy(bad)
+        return torch.from_numpy(bad).to(self.device)
 
     def _close(self) -> None:
         self._batch = None

@@ -35,6 +35,23 @@ class VirtualCameraConfig:
     # static cameras: the projected root path must stay this far inside the image (fraction)
     margin: float = 0.1
 
+    def __post_init__(self) -> None:
+        from mimic2dm.utils.validate import check
+
+        key = "task.camera"
+        check(f"{key}.width", self.width, ge=1, integer=True)
+        check(f"{key}.height", self.height, ge=1, integer=True)
+        for name in ("focal_range", "distance_range"):
+            lo, hi = getattr(self, name)
+            check(f"{key}.{name}[0]", lo, gt=0)
+            check(f"{key}.{name}[1]", hi, ge=lo)
+        for name in ("azimuth_range_deg", "elevation_range_deg"):
+            lo, hi = getattr(self, name)
+            check(f"{key}.{name}[1]", hi, ge=lo)
+        check(f"{key}.zoom_amplitude", self.zoom_amplitude, ge=0, lt=1)
+        check(f"{key}.pan_smoothing", self.pan_smoothing, ge=1, integer=True)
+        check(f"{key}.margin", self.margin, ge=0, lt=0.5)
+
 
 def _uniform(lo: float, hi: float, gen: torch.Generator) -> torch.Tensor:
     return lo + (hi - lo) * torch.rand((), generator=gen, dtype=torch.float64).float()

@@ -65,7 +65,7 @@ def pa_mpjpe(est: np.ndarray, gt: np.ndarray) -> float:
 
 
 def _project(R, t, k, points: np.ndarray) -> np.ndarray:
-    f = lambda x: torch.as_tensor(np.asarray(x), dtype=torch.float64)  # noqa: E731
+    f = lambda x: torch.tensor(np.array(x), dtype=torch.float64)  # noqa: E731
     uv, _ = project_points(f(R), f(t), f(k), f(points))
     return uv.numpy()
 

@@ -44,7 +44,7 @@ class TrackerAgent(A2CAgent):
     - ``run_dir``: where ``checkpoints/`` go (None: no checkpoints).
     - ``checkpoint``: :class:`~mimic2dm.rl.config.CheckpointConfig` as a dict.
     - ``max_seconds``: training-time limit (0: none).
-    - ``meta``: stored in every checkpoint (resolved config, ``EnvSpec``...).
+    - ``meta``: stored in every checkpoint (resolved config, ``task_spec`` as plain data...).
     - ``epoch_callback``: ``fn(agent)`` called after every epoch (tests, tools).
     """
 

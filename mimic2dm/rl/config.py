@@ -2,9 +2,10 @@
 
 ``conf/train/*.yaml`` is checked against :class:`TrainConfig` and ``conf/ray/*.yaml``
 against :class:`RayConfig` (unknown keys and wrong types fail at start-up, naming the
-key). :func:`env_spec_from_cfg` and :func:`rl_games_params` turn the composed config
-into the ``EnvSpec`` every env is built from and the params dict rl-games reads; nothing
-else in the learner reads the Hydra config.
+key); ``conf/task/<name>.yaml`` against the config dataclass of the task it names.
+:func:`task_spec_from_cfg` and :func:`rl_games_params` turn the composed config into the
+``TaskSpec`` every env is built from and the params dict rl-games reads; nothing else in
+the learner reads the Hydra config.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from mimic2dm.engines.base import EngineConfig
-from mimic2dm.geometry.virtual import VirtualCameraConfig
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
-from mimic2dm.tasks.tracking2d.task import TrackingConfig
+from mimic2dm.engines.base import EngineOptions
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import check_spec, load_task
+from mimic2dm.utils.config import from_mapping, to_plain
 from mimic2dm.utils.run_logging import LoggerConfig
 from mimic2dm.utils.validate import ConfigError, check, check_choice, check_device
 
@@ -32,8 +32,8 @@ ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "swish", "gelu", "softp
 ALGO_NAME = "mimic2dm_ppo"
 NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
-SPEC_TASK_KEYS = {"view_mode", "camera_mode", "camera"}
-"""Keys of the ``task`` group that go to the ``EnvSpec`` rather than to ``TrackingConfig``."""
+SPEC_TASK_KEYS = ("name", "control_hz", "objects")
+"""Keys of the ``task`` group that go to the ``TaskSpec`` rather than to the task's config."""
 
 
 @dataclass
@@ -160,25 +160,7 @@ def _checked(schema: type, node: Any, where: str):
     Raises:
         ConfigError: unknown key, wrong type or value out of range, naming the key.
     """
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
-    except ConfigError:
-        raise
-    except OmegaConfBaseException as e:
-        cause = e.__cause__ or e.__context__
-        if isinstance(cause, ConfigError):  # raised by a __post_init__ inside to_object
-            raise cause from None
-        sub = getattr(e, "full_key", None)
-        key = f"{where}.{sub}" if sub else where
-        value = OmegaConf.select(node, sub, default=None) if sub else None
-        if isinstance(e, ConfigKeyError):
-            raise ConfigError(
-                key, value, f"a known key ({key} is not a field of {schema.__name__})"
-            ) from None
-        msg = str(e).splitlines()[0]  # OmegaConf appends full_key / object_type lines
-        raise ConfigError(key, value, f"a valid value ({msg})") from None
-    except Exception as e:  # noqa: BLE001 - re-raised with the group's name
-        raise ValueError(f"config group {where!r}: {e}") from None
+    return from_mapping(schema, node, where)
 
 
 def train_config(cfg: DictConfig) -> TrainConfig:
@@ -191,9 +173,13 @@ def ray_config(cfg: DictConfig) -> RayConfig:
     return _checked(RayConfig, cfg.ray, "ray")
 
 
-def engine_config(cfg: DictConfig) -> EngineConfig:
-    """The ``engine`` group as a checked :class:`EngineConfig`."""
-    return _checked(EngineConfig, cfg.engine, "engine")
+def engine_config(cfg: DictConfig, control_hz: float | None = None) -> EngineOptions:
+    """The ``engine`` group as checked :class:`EngineOptions` (every key reaches the backend);
+    ``control_hz`` (the task's rate) overrides the group's own."""
+    raw = OmegaConf.to_container(cfg.engine, resolve=True)
+    if control_hz is not None:
+        raw["control_hz"] = control_hz
+    return EngineOptions.from_mapping(raw, "engine")
 
 
 def logger_config(cfg: DictConfig) -> LoggerConfig:
@@ -201,66 +187,47 @@ def logger_config(cfg: DictConfig) -> LoggerConfig:
     return _checked(LoggerConfig, cfg.logger, "logger")
 
 
-def _check_camera(c: VirtualCameraConfig) -> None:
-    check("task.camera.width", c.width, ge=1, integer=True)
-    check("task.camera.height", c.height, ge=1, integer=True)
-    for name, lo_min in (("focal_range", 0), ("distance_range", 0)):
-        lo, hi = getattr(c, name)
-        check(f"task.camera.{name}[0]", lo, gt=lo_min)
-        check(f"task.camera.{name}[1]", hi, ge=lo)
-    for name in ("azimuth_range_deg", "elevation_range_deg"):
-        check(f"task.camera.{name}[1]", getattr(c, name)[1], ge=getattr(c, name)[0])
-    check("task.camera.zoom_amplitude", c.zoom_amplitude, ge=0, lt=1)
-    check("task.camera.pan_smoothing", c.pan_smoothing, ge=1, integer=True)
-    check("task.camera.margin", c.margin, ge=0, lt=0.5)
+def task_config(cfg: DictConfig) -> tuple[str, Any, float]:
+    """The ``task`` group: the registered task's name, its checked config and its control rate.
+
+    Raises:
+        ConfigError: no ``name:``, an unknown task, or a key out of range (named).
+    """
+    t = OmegaConf.to_container(cfg.task, resolve=True)
+    if "name" not in t:
+        raise ConfigError("task.name", None, "the registered task (e.g. tracking2d)")
+    name = str(t["name"])
+    try:
+        entry = load_task(name)
+    except (KeyError, ValueError) as e:
+        raise ConfigError("task.name", name, f"a registered task ({e})") from None
+    config = entry.parse_config({k: v for k, v in t.items() if k not in SPEC_TASK_KEYS}, "task")
+    control_hz = float(t.get("control_hz", cfg.engine.get("control_hz", 30.0)))
+    check("task.control_hz", control_hz, gt=0)
+    return name, config, control_hz
 
 
-def task_config(cfg: DictConfig) -> tuple[TrackingConfig, VirtualCameraConfig]:
-    """The ``task`` group as a checked :class:`TrackingConfig` and its virtual-camera ranges."""
-    t = cfg.task
-    fields = {f.name for f in dataclasses.fields(TrackingConfig)}
-    unknown = set(t) - fields - SPEC_TASK_KEYS
-    if unknown:
-        key = sorted(unknown)[0]
-        raise ConfigError(f"task.{key}", t[key], f"a known key (TrackingConfig fields and "
-                          f"{', '.join(sorted(SPEC_TASK_KEYS))} only)")  # fmt: skip
-    check_choice("task.view_mode", t.view_mode, ("clip", "virtual", "mixed"))
-    from mimic2dm.geometry.virtual import CAMERA_MODES
-
-    check_choice("task.camera_mode", t.camera_mode, CAMERA_MODES)
-    task_node = OmegaConf.masked_copy(t, [k for k in t if k in fields])
-    task = _checked(TrackingConfig, task_node, "task")
-    task.fall_height = check("character.fall_height", float(cfg.character.fall_height), ge=0)
-    camera = _checked(VirtualCameraConfig, t.camera, "task.camera")
-    camera = dataclasses.replace(
-        camera, **{k: tuple(v) for k, v in vars(camera).items() if isinstance(v, list)}
-    )
-    _check_camera(camera)
-    return task, camera
-
-
-def env_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> EnvSpec:
-    """Build the picklable :class:`EnvSpec` from the ``task``/``character``/``engine`` groups.
+def task_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> TaskSpec:
+    """Build the picklable :class:`TaskSpec` from the ``task``/``character``/``engine`` groups.
 
     Args:
-        cfg: the composed tracker config.
-        data_files: the 2D-motion files of the ``data`` group (already prepared).
+        cfg: the composed config (``task.name`` picks the registered task).
+        data_files: the reference files of the ``data`` group (already prepared), for tasks
+            that track data.
     """
-    task, camera = task_config(cfg)
-    e = engine_config(cfg)
-    return EnvSpec(
+    name, config, control_hz = task_config(cfg)
+    engine_config(cfg, control_hz)  # every key of the engine group reaches the backend: check it
+    spec = TaskSpec(
+        task=name,
         character=str(cfg.character.name),
-        data=tuple(str(f) for f in data_files),
-        objects=tuple(cfg.character.objects),
-        engine=e.name,
-        engine_kwargs={"num_threads": e.num_threads} if e.num_threads else {},
-        control_hz=float(e.control_hz),
-        physics_hz=float(e.physics_hz),
-        view_mode=str(cfg.task.view_mode),
-        camera_mode=str(cfg.task.camera_mode),
-        camera=camera,
-        task=task,
+        engine=OmegaConf.to_container(cfg.engine, resolve=True),
+        objects=tuple(cfg.task.get("objects") or ()),
+        control_hz=control_hz,
+        config=to_plain(config),
+        data=tuple(str(f) for f in data_files) if load_task(name).needs_data else (),
     )
+    check_spec(spec)
+    return spec
 
 
 def total_envs(tc: TrainConfig, rc: RayConfig) -> int:
@@ -332,12 +299,13 @@ def validate_config(cfg: DictConfig) -> tuple[TrainConfig, RayConfig]:
         MotionFormatError: a data clip cannot be tracked.
     """
     tc, rc = train_config(cfg), ray_config(cfg)
-    e = engine_config(cfg)
+    _, _, control_hz = task_config(cfg)
+    engine_config(cfg, control_hz)
     logger_config(cfg)
-    task_config(cfg)
     check("seed", cfg.seed, ge=0, integer=True)
     minibatch_size(tc, total_envs(tc, rc))
-    check_data_files(cfg, e.control_hz)
+    if load_task(str(cfg.task.name)).needs_data:
+        check_data_files(cfg, control_hz)
     return tc, rc
 
 
@@ -347,7 +315,12 @@ def network_params(net: NetworkConfig, obs_layout: dict[str, int]) -> dict:
 
 
 def rl_games_params(
-    tc: TrainConfig, obs_layout: dict[str, int], num_envs: int, seed: int, run_dir: str
+    tc: TrainConfig,
+    obs_layout: dict[str, int],
+    num_envs: int,
+    seed: int,
+    run_dir: str,
+    task: str = "tracking2d",
 ) -> dict:
     """The params dict rl-games' ``Runner.load_config`` takes.
 
@@ -357,11 +330,12 @@ def rl_games_params(
         num_envs: total envs (rl-games calls them ``num_actors``).
         seed: run seed.
         run_dir: the run directory (rl-games' own folders go under ``RUN_DIR/rl_games``).
+        task: the task's registry name (rl-games' ``env_name`` is ``mimic2dm_<task>``).
     """
     mb = minibatch_size(tc, num_envs, note=True)
     config = {
         "name": "tracker", "full_experiment_name": "rl_games", "train_dir": run_dir,
-        "env_name": "mimic2dm_tracking2d", "num_actors": num_envs, "device": tc.device, "ppo": True,
+        "env_name": f"mimic2dm_{task}", "num_actors": num_envs, "device": tc.device, "ppo": True,
         "reward_shaper": {"scale_value": 1.0}, "torch_compile": False, "print_stats": False,
         "multi_gpu": False, "mixed_precision": False,
         # checkpoints are written by the agent (atomic, with env and RNG state), not by rl-games

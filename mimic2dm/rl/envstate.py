@@ -1,7 +1,7 @@
-"""Everything a checkpoint needs to continue a batch of tracking envs exactly.
+"""Everything a checkpoint needs to continue a batch of envs of any task exactly.
 
-``Tracking2DTask.state_dict()`` holds what outlives episodes (ASI buffers, the task's
-RNG); ``episode_state()`` the episodes in flight (per-env tensors and the engine's exact
+``Task.state_dict()`` holds what outlives episodes (e.g. ASI buffers, the task's RNG);
+``Task.episode_state()`` the episodes in flight (per-env tensors and the engine's exact
 state). :func:`task_state` / :func:`load_task_state` bundle the two.
 """
 
@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import torch
 
-from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+from mimic2dm.tasks.base import Task
 
 
-def task_state(task: Tracking2DTask) -> dict:
+def task_state(task: Task) -> dict:
     """Snapshot of a task: ASI buffers + RNG and the episodes in flight (picklable)."""
-    return {"num_envs": task.N, "task": task.state_dict(), "episodes": task.episode_state()}
+    return {"num_envs": task.num_envs, "task": task.state_dict(), "episodes": task.episode_state()}
 
 
-def load_task_state(task: Tracking2DTask, state: dict, episodes: bool = True) -> bool:
-    """Restore :func:`task_state` into a task built from the same ``EnvSpec``.
+def load_task_state(task: Task, state: dict, episodes: bool = True) -> bool:
+    """Restore :func:`task_state` into a task built from the same ``TaskSpec``.
 
     Args:
         task: the task to restore into.
@@ -27,10 +27,10 @@ def load_task_state(task: Tracking2DTask, state: dict, episodes: bool = True) ->
 
     Returns:
         True when the episodes were restored (the next ``observe()`` continues the saved
-        run); False when only the ASI buffers and RNG were (the task's episodes go on).
+        run); False when only the buffers and RNG were (the task's episodes go on).
     """
     task.load_state_dict(state["task"])
-    if not episodes or state["num_envs"] != task.N:
+    if not episodes or state["num_envs"] != task.num_envs:
         return False
     task.load_episode_state(state["episodes"])
     return True

@@ -2,20 +2,23 @@
 
 Per epoch, at step = env frames so far:
 
-- ``reward/<term>``: mean per-step value of every reward term (and ``reward/total``);
+- ``reward/<term>``: mean per-step value of every reward term the task reports, zero-weight
+  ones included (and ``reward/total``);
 - ``episode/length``, ``episode/return``: means over the episodes that ended;
 - ``termination/<cause>``: fraction of the ended episodes ended by each cause
-  (reprojection, fall, nonfinite, timeout);
-- ``asi/...``: adaptive state initialisation statistics;
+  (tracking: reprojection, fall, nonfinite, timeout);
+- the task's own statistics (tracking: ``asi/...``, adaptive state initialisation);
 - ``perf/env_steps_per_s`` (env stepping only), ``perf/rollout_samples_per_s`` (env +
   policy), ``perf/learner_samples_per_s`` (PPO update) and ``perf/samples_per_s`` (all);
 - ``ray/actor_restarts``; rl-games' own losses, KL and learning rate as ``rl/...``.
 
-Every ``video_every`` epochs (0: never) the current policy is also evaluated
-deterministically on the first training clip (:func:`mimic2dm.eval.evaluate`): its
-DESIGN-10 metrics are logged as ``eval/...`` and the rollout, rendered with MuJoCo's
-offscreen renderer, as the video ``rollout`` (skipped with one warning where no GL is
-available).
+Every ``video_every`` epochs (0: never) the current policy is also evaluated by the
+``evaluator`` the app hands in (training: the task's evaluation on the first training
+clip): its numeric results are logged as ``eval/...`` and the rollout video it writes as
+the video ``rollout`` (skipped with one warning where no GL is available).
+
+The per-step :class:`~mimic2dm.tasks.stats.StepStats` of the vecenv are merged over the
+epoch and reduced to host numbers once, when the epoch's metrics are logged.
 
 A rich progress bar shows epochs, frames, mean episode length and reward.
 """
@@ -25,11 +28,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from rl_games.common.algo_observer import AlgoObserver
 
+from mimic2dm.tasks.stats import StepStats
 from mimic2dm.utils.run_logging import RunLogger, make_progress
 
 log = logging.getLogger(__name__)
@@ -69,17 +74,18 @@ class TrackerObserver(AlgoObserver):
         log_every: epochs between logged scalars.
         progress: show a rich progress bar.
         video_every: epochs between evaluation rollouts with a video (0: never).
-        env_spec, data_files: what to evaluate on (needed when ``video_every > 0``).
+        evaluator: ``fn(model, epoch, frame, video_path) -> report`` (needed when
+            ``video_every > 0``); video_fps: frame rate of its videos.
     """
 
     def __init__(self, logger: RunLogger | None = None, log_every: int = 1, progress: bool = True,
-                 video_every: int = 0, env_spec=None, data_files: list[str] | None = None):  # fmt: skip
+                 video_every: int = 0, evaluator: Callable | None = None, video_fps: float = 30.0):  # fmt: skip
         super().__init__()
         self.logger, self.log_every = logger, max(1, int(log_every))
-        self.video_every, self.env_spec, self.data_files = (
+        self.video_every, self.evaluator, self.video_fps = (
             int(video_every),
-            env_spec,
-            list(data_files or []),
+            evaluator,
+            float(video_fps),
         )
         self.bridge = WriterBridge()
         self.algo = None
@@ -90,11 +96,7 @@ class TrackerObserver(AlgoObserver):
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
-        self.terms: dict[str, float] = {}
-        self.steps = 0
-        self.lengths: list[float] = []
-        self.returns: list[float] = []
-        self.causes: dict[str, int] = {}
+        self.stats = StepStats()
         self.restarts = 0
 
     # ------------------------------------------------------------------ rl-games hooks
@@ -113,14 +115,8 @@ class TrackerObserver(AlgoObserver):
     def process_infos(self, infos, done_indices) -> None:
         if not isinstance(infos, dict):
             return
-        for k, v in infos.get("reward_terms", {}).items():
-            self.terms[k] = self.terms.get(k, 0.0) + float(v)
-        self.steps += 1
-        self.terms["total"] = self.terms.get("total", 0.0) + float(infos.get("reward_mean", 0.0))
-        self.lengths += list(infos.get("episode_lengths", []))
-        self.returns += list(infos.get("episode_returns", []))
-        for k, v in infos.get("causes", {}).items():
-            self.causes[k] = self.causes.get(k, 0) + int(v)
+        if "stats" in infos:
+            self.stats.merge(infos["stats"])
         self.restarts += int(infos.get("actor_restarts", 0))
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
@@ -130,7 +126,11 @@ class TrackerObserver(AlgoObserver):
         # rl-games passes the frame count from before this epoch; log at the count after it
         frame = int(getattr(self.algo, "frame", frame))
         metrics = self.epoch_metrics()
-        if self.video_every > 0 and epoch_num % self.video_every == 0 and self.data_files:
+        if (
+            self.video_every > 0
+            and epoch_num % self.video_every == 0
+            and self.evaluator is not None
+        ):
             metrics.update(self.evaluate_with_video(epoch_num, frame))
         self.history.append({"epoch": epoch_num, "frame": frame, **metrics})
         if self.logger is not None and epoch_num % self.log_every == 0:
@@ -147,17 +147,7 @@ class TrackerObserver(AlgoObserver):
     # ------------------------------------------------------------------ metrics
     def epoch_metrics(self) -> dict[str, float]:
         """This epoch's metrics (see the module docstring)."""
-        m: dict[str, float] = {}
-        n = max(self.steps, 1)
-        for k, v in self.terms.items():
-            m[f"reward/{k}"] = v / n
-        if self.lengths:
-            m["episode/length"] = sum(self.lengths) / len(self.lengths)
-            m["episode/return"] = sum(self.returns) / max(len(self.returns), 1)
-            m["episode/count"] = float(len(self.lengths))
-            ended = max(sum(self.causes.values()), 1)
-            for k, v in self.causes.items():
-                m[f"termination/{k}"] = v / ended
+        m = self.stats.metrics()
         m["ray/actor_restarts"] = float(self.restarts)
         algo = self.algo
         if algo is not None:
@@ -175,14 +165,10 @@ class TrackerObserver(AlgoObserver):
         return m
 
     def evaluate_with_video(self, epoch: int, frame: int) -> dict[str, float]:
-        """Deterministic evaluation of the current policy on the first clip; logs the video."""
-        from mimic2dm.eval import evaluate
-        from mimic2dm.rl.policy import Policy
-
+        """Deterministic evaluation of the current policy by ``evaluator``; logs its video."""
         run_dir = Path(self.logger.run_dir) if self.logger is not None else None
         tmp = run_dir / "videos" / f".eval_{epoch}.mp4" if run_dir is not None else None
-        policy = Policy(self.algo.model, self.env_spec, {}, epoch, frame)
-        report = evaluate(policy, self.data_files[:1], views=1, video_out=tmp)
+        report = self.evaluator(self.algo.model, epoch, frame, tmp)
         out = {
             f"eval/{k}": float(v)
             for k, v in report.items()
@@ -193,9 +179,7 @@ class TrackerObserver(AlgoObserver):
 
             frames = np.stack(imageio.mimread(tmp, memtest=False))
             tmp.unlink()
-            self.logger.log_video(
-                "rollout", frames, fps=int(round(self.env_spec.control_hz)), step=frame
-            )
+            self.logger.log_video("rollout", frames, fps=int(round(self.video_fps)), step=frame)
         return out
 
     # ------------------------------------------------------------------ console

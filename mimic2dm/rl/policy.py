@@ -1,13 +1,14 @@
-"""A trained tracker as a plain policy: ``load_policy(checkpoint).act(obs)``.
+"""A trained policy of any task: ``load_policy(checkpoint).act(obs)``.
 
-The checkpoint carries the network's params, the resolved config and the ``EnvSpec``
-the run trained on, so evaluation can rebuild both the network and the envs (with any
-number of views: the network is view-agnostic).
+The checkpoint carries the network's params, the resolved config and the ``TaskSpec``
+the run trained on as plain data (``meta["task_spec"]``), so evaluation can rebuild both
+the network and the envs (with any number of views: the network is view-agnostic).
+Checkpoints of older code stored a tracking ``EnvSpec`` object instead (``meta["env_spec"]``);
+it is read as plain fields and upgraded by the tracking task's registry entry.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +17,13 @@ from rl_games.algos_torch.model_builder import ModelBuilder
 
 import mimic2dm.rl.network  # noqa: F401 - registers the network builder
 from mimic2dm.rl.config import MODEL_NAME
-from mimic2dm.tasks.tracking2d.factory import EnvSpec
-from mimic2dm.utils.checkpoint import load_checkpoint
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import load_task, make_task
+from mimic2dm.tasks.stats import StepStats
+from mimic2dm.utils.checkpoint import load_checkpoint, records_to_plain
+
+LEGACY_TASK = "tracking2d"
+"""The task of checkpoints written before tasks were registered (they store ``env_spec``)."""
 
 
 def build_model(
@@ -33,18 +39,18 @@ def build_model(
 
 @dataclass
 class Policy:
-    """A trained tracker.
+    """A trained policy.
 
     Attributes:
         model: the rl-games model (network, normalisers, value normaliser).
-        env_spec: the ``EnvSpec`` of the training run (``num_views`` may be changed).
+        env_spec: the ``TaskSpec`` of the training run.
         config: the run's resolved config (plain dict).
         epoch, frame: training progress at the checkpoint.
         meta: network params and sizes (to build the same network again).
     """
 
     model: torch.nn.Module
-    env_spec: EnvSpec
+    env_spec: TaskSpec
     config: dict
     epoch: int
     frame: int
@@ -71,8 +77,16 @@ class Policy:
         return self.model.denorm_value(v)[:, 0]
 
 
+def spec_from_meta(meta: dict) -> TaskSpec:
+    """The run's :class:`TaskSpec` from a checkpoint's ``meta`` (current or older layout)."""
+    if "task_spec" in meta:
+        return TaskSpec.from_dict(meta["task_spec"])
+    entry = load_task(LEGACY_TASK)
+    return TaskSpec.from_dict(entry.upgrade_spec(records_to_plain(meta["env_spec"])))
+
+
 def load_policy(checkpoint: str | Path) -> Policy:
-    """Load a tracker checkpoint (``RUN_DIR/checkpoints/{last,best}.pt`` or a run dir).
+    """Load a policy checkpoint (``RUN_DIR/checkpoints/{last,best}.pt`` or a run dir).
 
     Raises:
         ValueError: the file is not a tracker checkpoint.
@@ -92,7 +106,7 @@ def load_policy(checkpoint: str | Path) -> Policy:
     sizes = {k: meta[k] for k in ("network", "obs_dim", "action_dim", "normalize_value")}
     return Policy(
         model,
-        meta["env_spec"],
+        spec_from_meta(meta),
         meta.get("config", {}),
         int(ck.get("epoch", 0)),
         int(ck.get("frame", 0)),
@@ -111,7 +125,7 @@ def untrained_policy(policy: Policy, seed: int = 0) -> Policy:
 @torch.no_grad()
 def rollout_stats(
     policy: Policy | None,
-    spec: EnvSpec,
+    spec: TaskSpec,
     num_envs: int = 32,
     steps: int = 150,
     seed: int = 0,
@@ -120,41 +134,47 @@ def rollout_stats(
     """Run a policy (or zero actions when ``policy`` is None: hold the default pose) in fresh
     envs of ``spec`` and report what training reports, without exploration noise.
 
-    Starts come from the task's initial ASI buffers (no critic scores), so two policies
+    Starts come from the task's initial buffers (no critic scores), so two policies
     evaluated with the same arguments start from the same states.
 
     Args:
         policy: the policy (deterministic actions), or None.
-        spec: env spec (e.g. ``policy.env_spec``).
+        spec: the task spec (e.g. ``policy.env_spec``).
         num_envs, steps: batch size and control steps.
         seed: task seed.
-        early_termination: as in training; False measures tracking over whole clips.
+        early_termination: as in training; False sets the task config's
+            ``early_termination`` (tasks that have it) to measure whole episodes.
 
     Returns:
         ``episode_length`` (mean over ended episodes, unfinished ones counted at their
         current length), ``reward`` (mean per step), ``reward/<term>``, ``termination/<cause>``.
     """
-    from mimic2dm.tasks.tracking2d.factory import make_task
-
-    task_cfg = dataclasses.replace(spec.task, early_termination=early_termination)
-    task = make_task(dataclasses.replace(spec, task=task_cfg), num_envs, seed)
+    if not early_termination:
+        spec = spec.with_config(early_termination=False)
+    task = make_task(spec, num_envs, seed)
     obs = task.observe()
-    lengths, rewards, terms, causes = [], [], {}, {}
+    stats = StepStats()
+    running = torch.zeros(num_envs, dtype=torch.long, device=task.device)
     for _ in range(steps):
         act = policy.act(obs) if policy is not None else torch.zeros(num_envs, task.action_dim)
-        obs, rew, _, _, info = task.step(act)
-        rewards.append(float(rew.mean()))
-        lengths += info["episode_lengths"]
-        for k, v in info["reward_terms"].items():
-            terms[k] = terms.get(k, 0.0) + v / steps
-        for k, v in info["causes"].items():
-            causes[k] = causes.get(k, 0) + v
-    lengths += task.steps[task.steps > 0].tolist()
-    task.engine.close()
-    ended = max(sum(causes.values()), 1)
-    return {
-        "episode_length": sum(lengths) / max(len(lengths), 1),
-        "reward": sum(rewards) / len(rewards),
-        **{f"reward/{k}": v for k, v in terms.items()},
-        **{f"termination/{k}": v / ended for k, v in causes.items()},
-    }
+        r = task.step(act.to(task.device))
+        stats.add(r)
+        running = torch.where(r.done, 0, running + 1)
+        obs = r.obs
+    task.close()
+    m = stats.metrics()
+    # unfinished episodes count at their current length
+    alive = running[running > 0].float()
+    ended = m.get("episode/count", 0.0)
+    length = (m.get("episode/length", 0.0) * ended + float(alive.sum())) / max(
+        ended + alive.numel(), 1
+    )
+    out = {"episode_length": length, "reward": m["reward/total"]}
+    out.update(
+        {
+            k: v
+            for k, v in m.items()
+            if k.startswith(("reward/", "termination/")) and k != "reward/total"
+        }
+    )
+    return out

@@ -1,13 +1,16 @@
 """Vectorised envs for rl-games (``IVecEnv``): in the learner's process, or in Ray actors.
 
-Both host :class:`~mimic2dm.tasks.tracking2d.task.Tracking2DTask` batches built by
-``make_task`` from one picklable ``EnvSpec``; every env resets itself when its episode
-ends. Terminations and time-outs are both reported as ``dones``; ``infos['time_outs']``
-marks the time-outs so that rl-games bootstraps them.
+Both host batches of any registered :class:`~mimic2dm.tasks.base.Task`, built by
+``make_task`` from one picklable ``TaskSpec``, and use nothing but the ``Task`` API;
+every env resets itself when its episode ends. Terminations and time-outs are both
+reported as ``dones``; ``infos['time_outs']`` marks the time-outs so that rl-games
+bootstraps them, and ``infos['stats']`` is the step's
+:class:`~mimic2dm.tasks.stats.StepStats` (reward terms, ended episodes, causes).
 
-Adaptive state initialisation needs the critic's values of the states behind the last
-observation: the agent calls :meth:`observe_values` before each step. The in-process env
-hands them to its task at once; the Ray env sends each actor its slice with the next step.
+Tasks may use the critic's values of the states behind the last observation (adaptive
+state initialisation does): the agent calls :meth:`observe_values` before each step. The
+in-process env hands them to its task at once; the Ray env sends each actor its slice
+with the next step.
 
 A Ray actor that dies (or stays silent for ``step_timeout_s``) is replaced by a new one
 whose envs start fresh episodes; its envs report ``dones = 1`` (as time-outs) for that
@@ -17,7 +20,6 @@ step and training continues. Each replacement is logged and counted
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
@@ -30,7 +32,9 @@ from rl_games.common.ivecenv import IVecEnv
 
 from mimic2dm.rl.config import RayConfig
 from mimic2dm.rl.envstate import load_task_state, task_state
-from mimic2dm.tasks.tracking2d.factory import EnvSpec, make_task
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import make_task
+from mimic2dm.tasks.stats import StepStats
 
 log = logging.getLogger(__name__)
 
@@ -48,43 +52,6 @@ def env_info(obs_dim: int, action_dim: int) -> dict:
     }
 
 
-def _bool_tensor(x) -> torch.Tensor:
-    """A writable bool tensor from a tensor or a (possibly read-only, from Ray) array."""
-    return (
-        x.bool().clone()
-        if isinstance(x, torch.Tensor)
-        else torch.from_numpy(np.array(x, dtype=bool))
-    )
-
-
-def merge_infos(infos: list[dict], counts: list[int]) -> dict:
-    """Merge per-batch task infos (``reward_terms`` weighted by env counts; lists concatenated).
-
-    Args:
-        infos: task ``info`` dicts (``time_outs`` as tensors or arrays ``[n_i]``).
-        counts: envs of each batch.
-
-    Returns:
-        One info dict over all envs (``time_outs [N]`` bool tensor).
-    """
-    total = float(sum(counts))
-    terms: dict[str, float] = {}
-    for info, n in zip(infos, counts, strict=True):
-        for k, v in info.get("reward_terms", {}).items():
-            terms[k] = terms.get(k, 0.0) + v * n / total
-    causes: dict[str, int] = {}
-    for info in infos:
-        for k, v in info.get("causes", {}).items():
-            causes[k] = causes.get(k, 0) + int(v)
-    return {
-        "reward_terms": terms,
-        "episode_lengths": [x for i in infos for x in i.get("episode_lengths", [])],
-        "episode_returns": [x for i in infos for x in i.get("episode_returns", [])],
-        "causes": causes,
-        "time_outs": torch.cat([_bool_tensor(i["time_outs"]) for i in infos]),
-    }
-
-
 class TaskVecEnv(IVecEnv):
     """All envs in one task in the learner's process.
 
@@ -94,7 +61,7 @@ class TaskVecEnv(IVecEnv):
         seed: the task's seed.
     """
 
-    def __init__(self, spec: EnvSpec, num_envs: int, seed: int = 0):
+    def __init__(self, spec: TaskSpec, num_envs: int, seed: int = 0):
         self.spec, self.num_envs, self.seed_value = spec, num_envs, seed
         self.task = make_task(spec, num_envs, seed)
         self._restored = False
@@ -108,24 +75,23 @@ class TaskVecEnv(IVecEnv):
     def reset(self) -> torch.Tensor:
         """Observation ``[N, D]``; every env starts a new episode unless a checkpoint was just loaded."""
         if not self._restored:
-            self.task.reset(torch.arange(self.num_envs))
+            self.task.reset(torch.arange(self.num_envs, device=self.task.device))
         self._restored = False
         return self.task.observe()
 
     def observe_values(self, values: torch.Tensor) -> None:
-        """Critic values ``[N]`` of the states behind the last observation (for ASI)."""
-        self.task.observe_values(values.detach().reshape(-1).float().cpu())
+        """Critic values ``[N]`` of the states behind the last observation."""
+        self.task.observe_values(values.detach().reshape(-1).float().to(self.task.device))
 
     def step(self, actions: torch.Tensor):
         """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
-        obs, rew, term, trunc, info = self.task.step(actions.detach().float().cpu())
-        infos = merge_infos([info], [self.num_envs])
-        infos["actor_restarts"], infos["reward_mean"] = 0, float(rew.mean())
-        return obs, rew, (term | trunc).to(torch.uint8), infos
+        r = self.task.step(actions.detach().float().to(self.task.device))
+        infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0}
+        return r.obs, r.reward, r.done.to(torch.uint8), infos
 
     def stats(self) -> dict[str, float]:
-        """ASI statistics."""
-        return self.task.asi.stats()
+        """The task's statistics (e.g. ASI)."""
+        return self.task.stats()
 
     def get_env_state(self) -> dict:
         return {"kind": "tasks", "tasks": [task_state(self.task)]}
@@ -136,18 +102,19 @@ class TaskVecEnv(IVecEnv):
         self._restored = load_task_state(self.task, env_state["tasks"][0])
         if not self._restored:
             log.warning(
-                "checkpoint envs do not match this run's (%d): restored ASI buffers only",
+                "checkpoint envs do not match this run's (%d): restored the task's buffers only",
                 self.num_envs,
             )
 
     def close(self) -> None:
-        self.task.engine.close()
+        self.task.close()
 
 
 class EnvActor:
-    """A Ray actor hosting one task batch (wrapped with ``ray.remote`` by :class:`RayVecEnv`)."""
+    """A Ray actor hosting one task batch (wrapped with ``ray.remote`` by :class:`RayVecEnv`);
+    what crosses the process boundary is host data (numpy arrays, host ``StepStats``)."""
 
-    def __init__(self, spec: EnvSpec, num_envs: int, seed: int):
+    def __init__(self, spec: TaskSpec, num_envs: int, seed: int):
         torch.set_num_threads(1)
         self.task = make_task(spec, num_envs, seed)
 
@@ -157,18 +124,25 @@ class EnvActor:
 
     def reset(self, new_episodes: bool = True) -> np.ndarray:
         if new_episodes:
-            self.task.reset(torch.arange(self.task.N))
-        return self.task.observe().numpy()
+            self.task.reset(torch.arange(self.task.num_envs, device=self.task.device))
+        return self.task.observe().cpu().numpy()
 
     def step(self, actions: np.ndarray, values: np.ndarray | None):
+        dev = self.task.device
         if values is not None:
-            self.task.observe_values(torch.tensor(values))  # Ray hands read-only arrays
-        obs, rew, term, trunc, info = self.task.step(torch.tensor(actions))
-        info["time_outs"] = info["time_outs"].numpy()
-        return obs.numpy(), rew.numpy(), (term | trunc).numpy(), info
+            self.task.observe_values(torch.tensor(values, device=dev))  # Ray hands read-only arrays
+        r = self.task.step(torch.tensor(actions, device=dev))
+        host = lambda x: x.cpu().numpy()  # noqa: E731
+        return (
+            host(r.obs),
+            host(r.reward),
+            host(r.done),
+            host(r.truncated),
+            StepStats.of(r).to_host(),
+        )
 
     def stats(self) -> dict[str, float]:
-        return self.task.asi.stats()
+        return self.task.stats()
 
     def get_state(self) -> dict:
         return task_state(self.task)
@@ -224,15 +198,13 @@ class RayVecEnv(IVecEnv):
     """
 
     def __init__(
-        self, spec: EnvSpec, counts: list[int], seed: int, rc: RayConfig, owns_ray: bool = False
+        self, spec: TaskSpec, counts: list[int], seed: int, rc: RayConfig, owns_ray: bool = False
     ):
         import ray
 
         self.ray, self.rc, self.owns_ray = ray, rc, owns_ray
-        if spec.engine == "mujoco":
-            spec = dataclasses.replace(
-                spec, engine_kwargs={**spec.engine_kwargs, "num_threads": rc.threads_per_actor}
-            )
+        # every backend takes num_threads (GPU backends ignore it)
+        spec = spec.with_engine(num_threads=rc.threads_per_actor)
         self.spec, self.counts, self.seed_value = spec, list(counts), seed
         self.num_envs = sum(self.counts)
         self.bounds = np.cumsum([0, *self.counts])
@@ -246,7 +218,7 @@ class RayVecEnv(IVecEnv):
         self.info = ray.get(self.actors[0].describe.remote())
         self._values: np.ndarray | None = None
         self._restored: list[bool] | None = None  # per actor, set by set_env_state until reset()
-        self._asi_backup: list[dict] | None = None
+        self._state_backup: list[dict] | None = None
         self.restarts = 0
         self.events: list[dict] = []
 
@@ -287,12 +259,12 @@ class RayVecEnv(IVecEnv):
             except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
                 results.append(self._replace(i, err))
                 restarted += 1
-        obs = torch.from_numpy(np.concatenate([r[0] for r in results]))
-        rew = torch.from_numpy(np.concatenate([r[1] for r in results]))
-        dones = torch.from_numpy(np.concatenate([r[2] for r in results])).to(torch.uint8)
-        infos = merge_infos([r[3] for r in results], self.counts)
-        infos["actor_restarts"], infos["reward_mean"] = restarted, float(rew.mean())
-        return obs, rew, dones, infos
+        cat = lambda i: torch.from_numpy(np.concatenate([r[i] for r in results]))  # noqa: E731
+        stats = StepStats()
+        for r in results:
+            stats.merge(r[4])
+        infos = {"time_outs": cat(3).bool(), "stats": stats, "actor_restarts": restarted}
+        return cat(0), cat(1), cat(2).to(torch.uint8), infos
 
     def _replace(self, i: int, err: Exception):
         """Start a new actor in slot ``i``; its envs report done (as time-outs) this step."""
@@ -308,7 +280,7 @@ class RayVecEnv(IVecEnv):
             pass
         self.generation[i] += 1
         self.actors[i] = self._spawn(i)
-        backup = self._asi_backup[i] if self._asi_backup is not None else None
+        backup = self._state_backup[i] if self._state_backup is not None else None
         if backup is not None:  # its ASI buffers start from the last checkpoint's, not from scratch
             self.ray.get(self.actors[i].set_state.remote(backup, False))
         obs = self.ray.get(self.actors[i].reset.remote(False))
@@ -322,9 +294,13 @@ class RayVecEnv(IVecEnv):
                 "error": type(err).__name__,
             }
         )
-        info = {"reward_terms": {}, "episode_lengths": [], "episode_returns": [], "causes": {},
-                "time_outs": np.ones(n, dtype=bool)}  # fmt: skip
-        return obs, np.zeros(n, dtype=np.float32), np.ones(n, dtype=bool), info
+        return (
+            obs,
+            np.zeros(n, dtype=np.float32),
+            np.ones(n, dtype=bool),
+            np.ones(n, dtype=bool),
+            StepStats(),
+        )
 
     def _call_all(self, method: str, *args_per_actor) -> list:
         """``method`` on every actor; None for an actor found dead (the next step replaces it)."""
@@ -347,21 +323,22 @@ class RayVecEnv(IVecEnv):
         return out
 
     def stats(self) -> dict[str, float]:
-        """ASI statistics averaged over the live actors (replacement counts summed)."""
+        """The tasks' statistics averaged over the live actors (``*replacements`` summed)."""
         all_stats = [s for s in self._call_all("stats") if s is not None]
         if not all_stats:
             return {}
         out = {k: float(np.mean([s[k] for s in all_stats])) for k in all_stats[0]}
-        if "asi/replacements" in out:
-            out["asi/replacements"] = float(sum(s["asi/replacements"] for s in all_stats))
+        for k in out:
+            if k.endswith("replacements"):
+                out[k] = float(sum(s[k] for s in all_stats))
         return out
 
     def get_env_state(self) -> dict:
         """Every actor's task state; a dead actor's slot keeps its last snapshot (or None)."""
         tasks = self._call_all("get_state")
-        backup = self._asi_backup or [None] * len(tasks)
+        backup = self._state_backup or [None] * len(tasks)
         tasks = [t if t is not None else backup[i] for i, t in enumerate(tasks)]
-        self._asi_backup = tasks
+        self._state_backup = tasks
         return {"kind": "tasks", "tasks": tasks}
 
     def set_env_state(self, env_state: dict | None) -> None:
@@ -371,7 +348,7 @@ class RayVecEnv(IVecEnv):
         same = len(saved) == len(self.actors)
         if not same:
             log.warning(
-                "checkpoint has %d env batches, this run %d actors: restored ASI buffers only",
+                "checkpoint has %d env batches, this run %d actors: restored the tasks' buffers only",
                 len(saved),
                 len(self.actors),
             )
@@ -380,7 +357,7 @@ class RayVecEnv(IVecEnv):
         refs = [self.actors[i].set_state.remote(picks[i], same) for i in live]
         restored = dict(zip(live, self.ray.get(refs), strict=True))
         self._restored = [restored.get(i, False) for i in range(len(self.actors))]
-        self._asi_backup = picks
+        self._state_backup = picks
 
     def close(self) -> None:
         for a in self.actors:
@@ -393,7 +370,7 @@ class RayVecEnv(IVecEnv):
 
 
 def make_vecenv(
-    spec: EnvSpec, num_envs: int, seed: int, rc: RayConfig, run_dir: str | Path | None = None
+    spec: TaskSpec, num_envs: int, seed: int, rc: RayConfig, run_dir: str | Path | None = None
 ) -> IVecEnv:
     """The vecenv the ``ray`` config asks for.
 

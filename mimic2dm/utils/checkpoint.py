@@ -9,8 +9,10 @@ torch) travel in the checkpoint so that a resumed run continues the same stream.
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import tempfile
+import types
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +37,63 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
     return path
 
 
+RECORD_MODULES = ("mimic2dm.tasks.", "mimic2dm.geometry.virtual")
+"""Modules whose pickled objects load as :class:`Record` s: checkpoints of older code stored
+task specs as these classes; loading them as plain fields means moving or changing a class
+never breaks an old run (new checkpoints store plain data only)."""
+
+
+class Record:
+    """An object of a class that an older checkpoint pickled: its fields, by name (``vars``).
+
+    ``pickled_as`` is the class's ``module.name``.
+    """
+
+    pickled_as = ""
+
+    def __setstate__(self, state) -> None:
+        if isinstance(state, tuple):  # (dict, slots) of classes with __slots__
+            state = {**(state[0] or {}), **(state[1] or {})}
+        self.__dict__.update(state or {})
+
+
+class _RecordUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module.startswith(RECORD_MODULES):
+            return type(name, (Record,), {"pickled_as": f"{module}.{name}"})
+        return super().find_class(module, name)
+
+
+_record_pickle = types.SimpleNamespace(
+    __name__="pickle",
+    Unpickler=_RecordUnpickler,
+    load=lambda f, **kw: _RecordUnpickler(f, **kw).load(),
+)
+
+
+def records_to_plain(obj: Any) -> Any:
+    """``obj`` with every :class:`Record` turned into a dict of its fields (recursively)."""
+    if isinstance(obj, Record):
+        return {k: records_to_plain(v) for k, v in vars(obj).items()}
+    if isinstance(obj, dict):
+        return {k: records_to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(records_to_plain(v) for v in obj)
+    return obj
+
+
 def load_checkpoint(path: str | Path, map_location: str = "cpu") -> dict:
-    """Load a checkpoint written by :func:`atomic_torch_save`; clear error if unreadable."""
+    """Load a checkpoint written by :func:`atomic_torch_save`; clear error if unreadable.
+
+    Objects of :data:`RECORD_MODULES` load as :class:`Record` s (see there).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no checkpoint file")
     try:
-        return torch.load(path, map_location=map_location, weights_only=False)
+        return torch.load(
+            path, map_location=map_location, weights_only=False, pickle_module=_record_pickle
+        )
     except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
         raise ValueError(f"{path}: not a readable checkpoint ({type(e).__name__}: {e})") from e
 

@@ -18,12 +18,21 @@ class Registry(Generic[T]):
     def __init__(self, kind: str):
         self.kind = kind
         self._entries: dict[str, Callable[[], T]] = {}
+        self._descriptions: dict[str, str] = {}
 
-    def register(self, name: str, factory: Callable[[], T], *, overwrite: bool = False) -> None:
-        """Register ``factory`` under ``name``; re-registering needs ``overwrite=True``."""
+    def register(
+        self, name: str, factory: Callable[[], T], *, overwrite: bool = False, description: str = ""
+    ) -> None:
+        """Register ``factory`` under ``name`` (with a one-line ``description`` for listings);
+        re-registering needs ``overwrite=True``."""
         if name in self._entries and not overwrite:
             raise KeyError(f"{self.kind} {name!r} is already registered")
         self._entries[name] = factory
+        self._descriptions[name] = description
+
+    def describe(self) -> dict[str, str]:
+        """``{name: one-line description}`` of every entry, sorted by name."""
+        return {n: self._descriptions.get(n, "") for n in self.names()}
 
     def names(self) -> list[str]:
         """Sorted registered names."""

@@ -97,14 +97,16 @@ class StateBuffers:
             values: ``[n]`` critic values.
 
         Returns:
-            Number of replacements made.
+            Number of replacements made (a 0-d tensor).
         """
         if not self.cfg.enabled or frames.numel() == 0:
-            return 0
+            return torch.zeros((), dtype=torch.long, device=values.device)
         ok = torch.isfinite(values) & states_finite(states)
         order = torch.argsort(values, descending=True)
         order = order[ok[order]]
-        done = 0
+        done = torch.zeros(
+            (), dtype=torch.long, device=values.device
+        )  # a tensor: no host sync per step
         # duplicates of a frame are handled in successive rounds, best value first
         while order.numel():
             f = frames[order]
@@ -120,7 +122,7 @@ class StateBuffers:
             for k, v in self.states.items():
                 v[fr, slot] = getattr(states, k)[idx]
             self.scores[fr, slot] = values[idx]
-            done += int(better.sum())
+            done = done + better.sum()
             order = rest
         self.replacements += done
         return done
@@ -133,12 +135,12 @@ class StateBuffers:
             "asi/scored_fraction": float(known.float().mean()),
             "asi/score_mean": float(vals.mean()) if vals.numel() else 0.0,
             "asi/score_max": float(vals.max()) if vals.numel() else 0.0,
-            "asi/replacements": float(self.replacements),
+            "asi/replacements": float(self.replacements),  # a tensor until here
         }
 
     def state_dict(self) -> dict:
         return {"states": self.states, "scores": self.scores, "start_counts": self.start_counts,
-                "replacements": self.replacements}  # fmt: skip
+                "replacements": int(self.replacements)}  # fmt: skip
 
     def load_state_dict(self, d: dict) -> None:
         if d["scores"].shape != self.scores.shape:

@@ -41,6 +41,8 @@ class Clip:
         image_height: ``[V]`` pixels; image_width ``[V]`` pixels.
         keypoints3d: ``[T, K, 3]`` when known (synthetic data): enables virtual views
             and the 3D metrics.
+        object_uv: ``[V, T, 2]`` the clip's object track (``Motion2D.object_center``,
+            pixels) and object_valid ``[V, T]`` where it is seen; None without a track.
     """
 
     name: str
@@ -53,6 +55,8 @@ class Clip:
     image_width: torch.Tensor
     keypoints3d: torch.Tensor | None = None
     labels: dict = field(default_factory=dict)
+    object_uv: torch.Tensor | None = None
+    object_valid: torch.Tensor | None = None
 
     @property
     def num_frames(self) -> int:
@@ -104,9 +108,18 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
         R, t, k = _resample_cameras(R, t, k, T_src, T)
         if kp3d is not None:
             kp3d = torch.from_numpy(resample(kp3d.numpy(), m.fps, control_hz)).float()
+    obj_uv = obj_ok = None
+    if m.object_center is not None:
+        obj_uv = torch.from_numpy(np.nan_to_num(m.object_center)).float()
+        obj_ok = torch.from_numpy(np.asarray(m.object_confidence) >= CONFIDENCE_THRESHOLD)
+        if abs(m.fps - control_hz) > 1e-6:
+            obj_uv = torch.from_numpy(
+                np.stack([resample(u, m.fps, control_hz) for u in obj_uv.numpy()])
+            ).float()
+            obj_ok = obj_ok[:, torch.round(torch.linspace(0, T_src - 1, obj_uv.shape[1])).long()]
     height = torch.full((uv.shape[0],), float(m.image_size[1]))
     width = torch.full((uv.shape[0],), float(m.image_size[0]))
-    return Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels))
+    return Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels), obj_uv, obj_ok)
 
 
 def _empty_views(E: int, T: int, K: int) -> EpisodeViews:
@@ -114,6 +127,7 @@ def _empty_views(E: int, T: int, K: int) -> EpisodeViews:
         torch.zeros(E, T, K, 2), torch.zeros(E, T, K, dtype=torch.bool), torch.zeros(E, T, 2),
         torch.eye(3).repeat(E, T, 1, 1), torch.zeros(E, T, 3), torch.ones(E, T, 4),
         torch.zeros(E), torch.zeros(E, dtype=torch.long),
+        torch.zeros(E, T, 2), torch.zeros(E, T, dtype=torch.bool),
     )  # fmt: skip
 
 
@@ -129,10 +143,14 @@ class EpisodeViews:
     intrinsics: torch.Tensor  # [E, V, T, 4]
     height: torch.Tensor  # [E] image height (pixels; the views of one env share it)
     length: torch.Tensor  # [E] frames of each env's clip
+    obj_uv: torch.Tensor  # [E, V, T, 2] the clip's object track (pixels)
+    obj_valid: torch.Tensor  # [E, V, T] where the object is seen
+
+    PER_VIEW = ("uv", "mask", "root", "cam_R", "cam_t", "intrinsics", "obj_uv", "obj_valid")
 
     def reshape_(self, C: int, V: int) -> EpisodeViews:
         """View the leading ``C * V`` axis as ``[C, V]`` (per-view fields; height becomes ``[C, V]``)."""
-        for name in ("uv", "mask", "root", "cam_R", "cam_t", "intrinsics"):
+        for name in self.PER_VIEW:
             x = getattr(self, name)
             setattr(self, name, x.reshape(C, V, *x.shape[1:]))
         self.height = self.height.reshape(C, V)
@@ -187,7 +205,17 @@ class ReferenceLibrary:
         self.max_len = int(self.lengths.max())
         self.root_idx = torch.tensor(self.kset.root)
         self.num_views = torch.tensor([c.num_views for c in self.clips])
+        self.has_object_track = any(c.object_uv is not None for c in self.clips)
+        self.max_views = int(self.num_views.max())
         self._padded = self._pad_clip_views()
+
+    def to(self, device) -> ReferenceLibrary:
+        """Keep the per-clip index tensors and the padded views on ``device`` (in place), so
+        drawing clip views needs no host round trip (virtual views are drawn on the host)."""
+        self.lengths, self.offsets = self.lengths.to(device), self.offsets.to(device)
+        self.num_views = self.num_views.to(device)
+        self._padded = EpisodeViews(**{k: v.to(device) for k, v in vars(self._padded).items()})
+        return self
 
     def _pad_clip_views(self) -> EpisodeViews:
         """All clip views padded to ``[C, Vmax, Tmax, ...]`` so episodes gather them at once."""
@@ -209,6 +237,9 @@ class ReferenceLibrary:
             for v in range(clip.num_views):
                 p.root[c, v, :n] = root_2d(clip.uv[v], clip.mask[v], self.kset)
             p.height[c, : clip.num_views] = clip.image_height
+            if clip.object_uv is not None:
+                p.obj_uv[c, : clip.num_views, :n] = clip.object_uv
+                p.obj_valid[c, : clip.num_views, :n] = clip.object_valid
         return p
 
     @classmethod
@@ -287,18 +318,20 @@ class ReferenceLibrary:
         nv = self.num_views[clip_ids]
         if view_ids is None:
             # a random order of each clip's views (missing view slots sort last)
-            Vmax = int(self.num_views.max())
+            Vmax, dev = self.max_views, nv.device
             key = (
-                torch.rand(E, Vmax, generator=gen) + (torch.arange(Vmax) >= nv[:, None]).float() * 2
+                torch.rand(E, Vmax, generator=gen).to(dev)
+                + (torch.arange(Vmax, device=dev) >= nv[:, None]).float() * 2
             )
             order = key.argsort(dim=1)
-            view_ids = order.gather(1, torch.arange(V)[None] % nv[:, None])
+            view_ids = order.gather(1, torch.arange(V, device=dev)[None] % nv[:, None])
+        view_ids = view_ids.to(clip_ids.device)
         p = self._padded
         c = clip_ids[:, None]
         out = EpisodeViews(
             p.uv[c, view_ids], p.mask[c, view_ids], p.root[c, view_ids], p.cam_R[c, view_ids],
             p.cam_t[c, view_ids], p.intrinsics[c, view_ids], p.height[clip_ids, view_ids[:, 0]],
-            self.lengths[clip_ids].clone(),
+            self.lengths[clip_ids].clone(), p.obj_uv[c, view_ids], p.obj_valid[c, view_ids],
         )  # fmt: skip
         if self.view_mode != "clip":
             self._draw_virtual(out, clip_ids, gen)
@@ -319,3 +352,4 @@ class ReferenceLibrary:
                 out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n] = R, t, k
                 out.root[e, v, :n] = root_2d(uv, mask, self.kset)
                 out.height[e] = h
+                out.obj_valid[e, v] = False  # the 2D object track belongs to the clip's own views

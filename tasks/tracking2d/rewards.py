@@ -6,29 +6,39 @@ masked keypoints (confidence < threshold) are excluded from every term.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+TERMS = ("pos", "vel", "obj", "reg")
+"""Every reward term the task can produce (``obj`` only with an object and its 2D track)."""
+
+
+def _default_scales() -> dict[str, float]:
+    return {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1}
 
 
 @dataclass
 class RewardConfig:
-    """Weights and sharpness of the reward terms (DESIGN 3 defaults)."""
+    """Term weights (``scales``) and sharpness of the reward terms (DESIGN 3 defaults).
 
-    w_pos: float = 0.6
-    w_vel: float = 0.1
-    w_obj: float = 0.2
-    w_reg: float = 0.1
+    A term missing from ``scales`` has weight 0 (it is still computed and logged).
+    """
+
+    scales: dict[str, float] = field(default_factory=_default_scales)
     alpha_pos: float = 400.0
     alpha_vel: float = 400.0
     alpha_obj: float = 400.0
     alpha_reg: float = 0.05
 
     def __post_init__(self) -> None:
-        from mimic2dm.utils.validate import check
+        from mimic2dm.utils.validate import ConfigError, check
 
-        for name in ("w_pos", "w_vel", "w_obj", "w_reg"):
-            check(f"task.reward.{name}", getattr(self, name), ge=0)
+        unknown = sorted(set(self.scales) - set(TERMS))
+        if unknown:
+            raise ConfigError("task.reward.scales", unknown, f"terms among {list(TERMS)}")
+        for name, weight in self.scales.items():
+            check(f"task.reward.scales.{name}", weight, ge=0)
         for name in ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg"):
             check(f"task.reward.{name}", getattr(self, name), gt=0)
 
@@ -90,8 +100,13 @@ def reward_terms(
     return terms
 
 
-def combine(terms: dict[str, torch.Tensor], cfg: RewardConfig) -> torch.Tensor:
-    """Weighted sum of ``terms``, weights re-normalised over the terms present -> ``[N]``."""
-    weights = {name: getattr(cfg, f"w_{name}") for name in terms}
+def combine(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> torch.Tensor:
+    """Weighted sum of ``terms`` (each ``[N]``) with ``scales``, re-normalised over the terms
+    present (a term that does not apply, such as ``obj`` without an object, is absent) -> ``[N]``."""
+    weights = {name: float(scales.get(name, 0.0)) for name in terms}
     total = sum(weights.values())
-    return sum(terms[name] * (w / total) for name, w in weights.items())
+    if total <= 0:
+        raise ValueError(
+            f"reward scales {dict(scales)} give no weight to the terms present {list(terms)}"
+        )
+    return sum(terms[name] * (w / total) for name, w in weights.items() if w > 0)

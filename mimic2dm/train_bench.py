@@ -1,4 +1,5 @@
-"""``mimic2dm bench train``: PPO samples/s with the envs in-process, in 1 and in 2 Ray actors.
+"""``mimic2dm bench train``: PPO samples/s with the envs in-process, in 1 and in 2 Ray actors
+(an app beside :mod:`mimic2dm.train`).
 
 The three measurements run in one process, one after the other, on the same config
 (the demo clip, the real network, ``num_envs`` envs in total), each for ``seconds`` of

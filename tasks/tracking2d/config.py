@@ -1,0 +1,80 @@
+"""Settings of the ``tracking2d`` task (``conf/task/tracking2d.yaml``; DESIGN sections 3-7)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mimic2dm.tasks.tracking2d.asi import ASIConfig
+from mimic2dm.tasks.tracking2d.rewards import RewardConfig
+
+from mimic2dm.geometry.virtual import VirtualCameraConfig
+
+VIEW_MODES = ("clip", "virtual", "mixed")
+
+
+@dataclass
+class TrackingConfig:
+    """Task settings; ``fall_height`` comes from the character (``${character.fall_height}``).
+
+    Attributes:
+        num_future: future reference frames observed.
+        num_views: views per env (1: view-agnostic training; >= 2: 3D tracking by aggregation).
+        max_episode_steps: time-out.
+        tau_term: reprojection termination: max masked error > ``tau_term`` x image height.
+        fall_height: root below this (m) ends the episode.
+        early_termination: False: only time-outs and non-finite physics end episodes.
+        action_scale: actions in [-1, 1] span ``action_scale`` x half the joint range
+            around the default pose.
+        view_mode: ``clip`` | ``virtual`` | ``mixed`` (virtual needs clips with 3D keypoints).
+        camera_mode: ``static`` | ``tracking`` | ``dynamic`` (virtual cameras).
+        camera: virtual camera sampling ranges.
+        reward: term scales and sharpness; asi: adaptive state initialisation.
+    """
+
+    num_future: int = 2
+    num_views: int = 1
+    max_episode_steps: int = 300
+    tau_term: float = 0.12
+    fall_height: float = 0.3
+    early_termination: bool = True
+    action_scale: float = 1.0
+    view_mode: str = "clip"
+    camera_mode: str = "static"
+    camera: VirtualCameraConfig = field(default_factory=VirtualCameraConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    asi: ASIConfig = field(default_factory=ASIConfig)
+
+    def __post_init__(self) -> None:
+        from mimic2dm.geometry.virtual import CAMERA_MODES
+        from mimic2dm.utils.validate import check, check_choice
+
+        check("task.num_future", self.num_future, ge=1, integer=True)
+        check("task.num_views", self.num_views, ge=1, integer=True)
+        check("task.max_episode_steps", self.max_episode_steps, ge=1, integer=True)
+        check("task.tau_term", self.tau_term, gt=0)
+        check("task.fall_height", self.fall_height, ge=0)
+        check("task.action_scale", self.action_scale, gt=0)
+        check_choice("task.view_mode", self.view_mode, VIEW_MODES)
+        check_choice("task.camera_mode", self.camera_mode, CAMERA_MODES)
+
+
+def upgrade_spec(old: dict) -> dict:
+    """A ``TaskSpec`` dict from the ``EnvSpec`` stored by checkpoints of older code (before
+    task registries): ``w_<term>`` weights become ``scales``, view settings move into the config."""
+    cfg = dict(old.get("task", {}))
+    reward = dict(cfg.get("reward", {}))
+    scales = {k[2:]: reward.pop(k) for k in list(reward) if k.startswith("w_")}
+    if scales:
+        reward["scales"] = scales
+    cfg["reward"] = reward
+    for k in ("view_mode", "camera_mode", "camera"):
+        if k in old:
+            cfg[k] = old[k]
+    engine = {"name": old.get("engine", "mujoco"), **dict(old.get("engine_kwargs", {}))}
+    if "physics_hz" in old:
+        engine["physics_hz"] = float(old["physics_hz"])
+    return {
+        "task": "tracking2d", "character": old["character"], "engine": engine,
+        "objects": list(old.get("objects", ())), "control_hz": float(old.get("control_hz", 30.0)),
+        "config": cfg, "data": list(old.get("data", ())),
+    }  # fmt: skip

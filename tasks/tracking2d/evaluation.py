@@ -1,0 +1,160 @@
+"""Evaluation of the tracking task (``mimic2dm eval`` on a tracking checkpoint).
+
+Each evaluation sequence is one clip seen through ``V`` of its views (``V = 1``: every
+view in turn; ``V >= 2``: 3D tracking by view aggregation, views ``v, v+1, ...``). The
+policy runs from the clip's first frame to its last with no early termination, and the
+DESIGN-10 metrics are computed on the whole sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+from mimic2dm.tasks.registry import build_engine
+from mimic2dm.tasks.tracking2d.asi import ASIConfig
+from mimic2dm.tasks.tracking2d.factory import tracking_config
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+from mimic2dm.tasks.tracking2d.source import ClipReference
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+
+from mimic2dm import metrics
+from mimic2dm.engines.base import SimState
+from mimic2dm.utils.draw import overlay_grid
+from mimic2dm.utils.reporting import write_json_report
+
+
+def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
+    """``(clip, view ids)`` pairs: every starting view of every clip with ``views`` consecutive views."""
+    out = []
+    for c, clip in enumerate(lib.clips):
+        if clip.num_views < views:
+            raise ValueError(
+                f"{clip.name}: --views {views} needs a clip with at least {views} views, it has {clip.num_views}"
+            )
+        out += [
+            (c, [(v + i) % clip.num_views for i in range(views)]) for v in range(clip.num_views)
+        ]
+    return out
+
+
+def _rollout(task: Tracking2DTask, policy, T: int):
+    N, V, K = task.N, task.V, task.K
+    rec = {"uv": torch.zeros(N, T, V, K, 2), "ref": torch.zeros(N, T, V, K, 2), "mask": torch.zeros(N, T, V, K, dtype=torch.bool),
+           "kp3d": torch.zeros(N, T, K, 3), "state0": []}  # fmt: skip
+    for t in range(T):
+        uv, _ = task.project_character()
+        ref, mask = task.reference(task.frame)
+        rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv.cpu(), ref.cpu(), mask.cpu()
+        rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
+        rec["state0"].append(task.engine.get_state().index(slice(0, 1)))  # rendered by render.py
+        if t < T - 1:
+            with torch.no_grad():
+                task.advance(policy.act(task.observe(), deterministic=True))
+    return rec
+
+
+def _metrics(
+    rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor | None, kset
+) -> dict:
+    err = metrics.reprojection_errors(
+        rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height)
+    )  # [n, V, K]
+    err = err.transpose(0, 1)  # [V, n, K]
+    out = {
+        "success": bool(metrics.success(err).all()),
+        "error_2d_px": float(metrics.mean_error_2d(err).mean()),
+        "max_error_2d_px": float(metrics.max_error_per_frame(err).max()),
+        "jitter": float(metrics.jitter(rec["kp3d"][i, :n], fps)),
+    }
+    if gt3d is not None:
+        sim = rec["kp3d"][i, :n]
+        root = list(kset.root)
+        out["mpjpe_mm"] = float(
+            metrics.mpjpe_mm(
+                sim - sim[:, root].mean(1, keepdim=True), gt3d - gt3d[:, root].mean(1, keepdim=True)
+            )
+        )
+        out["mpjpe_global_mm"] = float(metrics.mpjpe_mm(sim, gt3d))
+    return out
+
+
+def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, picture_out=None,
+             video_out=None, name: str = "policy") -> dict:  # fmt: skip
+    """Evaluate a tracker on the 2D-motion files ``data``; returns (and optionally writes) the report.
+
+    Args:
+        policy: ``.act(obs, deterministic)`` and ``.env_spec`` (the run's ``TaskSpec``).
+        data: 2D-motion files with cameras.
+        views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation).
+        json_out, picture_out, video_out: optional output paths.
+        name: what the report calls the policy (its checkpoint path).
+    """
+    spec = policy.env_spec
+    cfg = dataclasses.replace(tracking_config(spec), num_views=views, early_termination=False,
+                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+    lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
+    seqs = sequences(lib, views)
+    N = len(seqs)
+    engine = build_engine(spec, N)
+    task = Tracking2DTask(engine, ClipReference(lib, N, views, engine.device), cfg, seed=0)
+    clip_ids = torch.tensor([c for c, _ in seqs])
+    starts = lib.offsets[clip_ids]
+    task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
+                        torch.tensor([v for _, v in seqs]))  # fmt: skip
+    rec = _rollout(task, policy, lib.max_len)
+    per_seq = []
+    for i, (c, vs) in enumerate(seqs):
+        clip = lib.clips[c]
+        gt = clip.keypoints3d
+        m = _metrics(
+            rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset
+        )
+        per_seq.append({"clip": clip.name, "views": vs, **m})
+    report = {
+        "checkpoint": name,
+        "views": views,
+        "sequences": per_seq,
+        "success_rate": float(np.mean([s["success"] for s in per_seq])),
+        "error_2d_px": float(np.mean([s["error_2d_px"] for s in per_seq])),
+        "jitter": float(np.mean([s["jitter"] for s in per_seq])),
+    }
+    if all("mpjpe_mm" in s for s in per_seq):
+        report["mpjpe_mm"] = float(np.mean([s["mpjpe_mm"] for s in per_seq]))
+    _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out)
+    task.close()
+    return report
+
+
+def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out) -> None:
+    """JSON report; overlay picture and video of the first sequence's first view."""
+    c, vs = seqs[0]
+    n = lib.clips[c].num_frames
+    cam = lib.camera(c, vs[0])
+    ref, sim, mask = (
+        rec["ref"][0, :n, 0].numpy(),
+        rec["uv"][0, :n, 0].numpy(),
+        rec["mask"][0, :n, 0].numpy(),
+    )
+    write_json_report(report, json_out or None)
+    if picture_out:
+        frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
+        Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
+        overlay_grid(ref, sim, mask, lib.kset, (cam.width, cam.height), frames).save(picture_out)
+    if video_out:
+        from mimic2dm.render import try_render, write_video
+
+        frames = try_render(
+            spec.character,
+            SimState.cat(rec["state0"]).index(slice(0, n)),
+            cam,
+            spec.objects,
+            ref_uv=ref,
+            ref_mask=mask,
+            kset=lib.kset,
+        )
+        if frames is not None:
+            Path(video_out).parent.mkdir(parents=True, exist_ok=True)
+            write_video(video_out, frames, spec.control_hz)

@@ -1,0 +1,60 @@
+"""A checkpoint written by the code before task registries (tests/data/legacy_ckpt, made at
+git d414f41 by a 2-epoch tiny run) still loads, evaluates and rolls out with the same numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import make_task
+
+from mimic2dm.eval import evaluate
+from mimic2dm.rl.envstate import load_task_state
+from mimic2dm.rl.policy import load_policy, rollout_stats
+from mimic2dm.utils.checkpoint import load_checkpoint
+
+DATA = Path(__file__).parent / "data" / "legacy_ckpt"
+CKPT, CLIP = DATA / "tracker_v1.pt", DATA / "clip.npz"
+EXPECTED = json.loads((DATA / "expected.json").read_text())
+
+
+def test_legacy_checkpoint_loads_as_a_task_spec():
+    p = load_policy(CKPT)
+    spec = p.env_spec
+    assert isinstance(spec, TaskSpec) and spec.task == "tracking2d" and spec.character == "humanoid"
+    assert spec.config["reward"]["scales"] == {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1}
+    assert "w_pos" not in spec.config["reward"] and spec.config["view_mode"] == "clip"
+    assert spec.engine == {"name": "mujoco", "num_threads": 1, "physics_hz": 60.0}
+    assert TaskSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_legacy_checkpoint_evaluates_with_the_numbers_of_its_time():
+    rep = evaluate(str(CKPT), [CLIP], views=1)
+    want = EXPECTED["eval_views1"]
+    seq = rep["sequences"][0]
+    for k, v in want.items():
+        assert seq[k] == pytest.approx(v, rel=1e-4), k
+    p = load_policy(CKPT)
+    st = rollout_stats(
+        p, dataclasses.replace(p.env_spec, data=(str(CLIP),)), num_envs=4, steps=20, seed=0
+    )
+    for k, v in EXPECTED["rollout_stats_4envs_20steps_seed0"].items():
+        assert st[k] == pytest.approx(v, rel=1e-5), k
+
+
+def test_legacy_env_state_restores_into_todays_task():
+    """The checkpoint's env state (ASI buffers, episodes in flight) loads into a task built now."""
+    ck = load_checkpoint(CKPT)
+    snap = ck["env_state"]["tasks"][0]
+    spec = dataclasses.replace(load_policy(CKPT).env_spec, data=(str(CLIP),))
+    task = make_task(spec, snap["num_envs"], seed=5)
+    assert load_task_state(task, snap) is True
+    assert (task.asi.scores == snap["task"]["asi"]["scores"]).all()
+    assert (task.frame == snap["episodes"]["tensors"]["frame"]).all()
+    assert (task.source.clip == snap["episodes"]["tensors"]["clip"]).all()
+    obs = task.observe()
+    assert obs.shape == (snap["num_envs"], task.obs_dim)
+    task.close()
