@@ -1,7 +1,7 @@
 """``mimic2dm bench generate``: streaming 2D motion generation speed on one CPU core.
 
-Measures frames/s of the streaming path a hierarchical controller (planned, not built
-yet) would consume: GPT tokens with a sliding context, tokenizer decoding in chunks,
+Measures frames/s of the streaming path the hierarchical controller (``mimic2dm control``)
+consumes: GPT tokens with a sliding context, tokenizer decoding in chunks,
 de-normalisation and ``G^-1`` into pixels, with ``torch.set_num_threads(1)``; reports
 the ratio to real time (30 fps).
 Without a checkpoint it times randomly initialised models of the paper's sizes (speed

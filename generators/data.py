@@ -29,8 +29,8 @@ import numpy as np
 import torch
 import typer
 
-from mimic2dm.geometry.canonical import CanonicalMotion, from_canonical, to_canonical
 from mimic2dm.geometry.virtual import CAMERA_MODES, VirtualCameraConfig
+from mimic2dm.motion.canonical import CanonicalMotion, from_canonical, to_canonical
 from mimic2dm.motion.format import Motion2D, MotionFormatError, load_motion2d, save_motion2d
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
 
@@ -475,7 +475,7 @@ def build_view_dataset(
     Returns:
         The written file paths.
     """
-    from mimic2dm.motion.loaders import load_mocap_keypoints
+    from mimic2dm.characters.clips import load_mocap_keypoints
     from mimic2dm.motion.synth import resample
 
     bad = [m for m in spec.camera_modes if m not in CAMERA_MODES]

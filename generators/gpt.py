@@ -315,6 +315,12 @@ class TokenStream:
     def _rebuild(self) -> None:
         self.logits, self.cache = self.model.forward_cached(self.context, self.y, None)
 
+    def set_condition(self, y: torch.Tensor) -> None:
+        """Change the labels ``[B]`` for the tokens to come (the context is kept; the
+        condition slot changes, so the cache is rebuilt)."""
+        self.y = torch.as_tensor(y, dtype=torch.long).reshape(-1)
+        self._rebuild()
+
     def step(self) -> torch.Tensor:
         """The next token ``[B]`` (for ``V > 1``: of view ``count % V``)."""
         tok = sample_logits(self.logits, self.temperature, self.top_k, self.generator)

@@ -268,7 +268,7 @@ def render_preview(m, path: str | Path, tile_height: int = 360) -> Path:
         d = ImageDraw.Draw(img)
         for v in range(m.num_views):
             draw_skeleton(
-                d, m.keypoints[v, t], mask[v, t], kset, REF_COLOR, s, (v * tw, 0), width=2
+                d, m.keypoints[v, t], mask[v, t], kset.edges, REF_COLOR, s, (v * tw, 0), width=2
             )
             d.text((v * tw + 5, 5), f"view {v}  frame {t}", fill=(0, 0, 0))
         frames.append(np.asarray(img))

@@ -6,6 +6,7 @@ import os
 
 import typer
 
+from mimic2dm.control.cli import bench_control_cmd, control_cmd, rollouts_cmd
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
@@ -14,6 +15,7 @@ from mimic2dm.motion.cli import app as data_app
 from mimic2dm.preprocess.bench import bench_preprocess_cmd
 from mimic2dm.preprocess.cli import preprocess_cmd, strip_cmd
 from mimic2dm.train_bench import bench_train_command
+from mimic2dm.learn_bench import bench_learn_command
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -39,7 +41,11 @@ app.command("extract")(extract)
 bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("train")(bench_train_command)
+bench_app.command("learn")(bench_learn_command)
 app.command("sample")(sample_cmd)
+app.command("control")(control_cmd)
+bench_app.command("control")(bench_control_cmd)
+app.command("rollouts")(rollouts_cmd)
 app.command("preprocess")(preprocess_cmd)
 data_app.command("strip")(strip_cmd)
 bench_app.command("preprocess")(bench_preprocess_cmd)
@@ -90,8 +96,9 @@ def eval_cmd(
     data: list[str] = typer.Option(
         ..., "--data", help="2D-motion file(s) with cameras; repeat for several."
     ),
-    views: int = typer.Option(
-        1, min=1, help="Views tracked at once (1: 2D tracking; >= 2: view aggregation)."
+    views: str = typer.Option(
+        "1", help="Views tracked at once (1: 2D tracking; >= 2: view aggregation); several "
+        "counts, e.g. 1,2,4, report every metric per count in one JSON (by_views)."
     ),
     json_out: JsonOption = None,
     picture: str = typer.Option(
@@ -116,12 +123,44 @@ def eval_cmd(
     except (ValueError, FileNotFoundError, KeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
-    summary = {k: v for k, v in report.items() if k != "sequences"}
+    def brief(r: dict) -> dict:
+        return {k: v for k, v in r.items() if k != "sequences"}
+
+    summary = brief(report) if "by_views" not in report else {
+        **report, "by_views": {v: brief(r) for v, r in report["by_views"].items()}}  # fmt: skip
     human_console(json_out).print_json(data=summary)
     write_json_report(report, json_out)
     if video and not os.path.isfile(video):  # GL failed in this process after a good probe
         typer.echo(f"error: --video {video}: rendering failed (see the warning above)", err=True)
         raise typer.Exit(1)
+
+
+@app.command("compare")
+def compare_cmd(
+    runs: list[str] = typer.Argument(..., help="Training run directories (their checkpoints/last.pt)."),
+    data: str = typer.Option(..., "--data", help="Clip with cameras and ground-truth 3D (synthetic)."),
+    camera: str = typer.Option("run", help="run: each run's own training camera | data: the clip's."),
+    json_out: JsonOption = None,
+    markdown: str = typer.Option(None, help="Write the table as markdown to this file."),
+) -> None:
+    """Evaluate runs on one clip and print paper Table 1 (success, 2D error, MPJPE, jitter,
+    foot skating, penetration, floating); see docs/baselines.md."""
+    from pathlib import Path
+
+    from mimic2dm.compare import compare, markdown_table
+
+    try:
+        with library_output_to_log("compare"):
+            result = compare(runs, data, camera)
+    except (ValueError, FileNotFoundError, KeyError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    table = markdown_table(result)
+    human_console(json_out).print(table, markup=False, highlight=False)
+    if markdown:
+        Path(markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown).write_text(table)
+    write_json_report(result, json_out)
 
 
 @app.command("export")

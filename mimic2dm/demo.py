@@ -3,7 +3,7 @@
 1. Train the view-agnostic 2D tracker (rl-games PPO, MuJoCo on CPU, in-process envs) on
    the project's own demo clip (a keyframed humanoid motion projected to one static
    view, made on the fly) for a few minutes, with wandb (offline) and TensorBoard logs.
-2. Evaluate the best checkpoint deterministically on the clip: DESIGN-10 metrics as
+2. Evaluate the last checkpoint deterministically on the clip: DESIGN-10 metrics as
    JSON, an overlay picture of reference vs projected keypoints, and a rendered video
    (skipped, and said so, where no OpenGL back-end works: :func:`mimic2dm.render.gl_backend`).
 3. Evaluate the same network freshly initialised (the untrained baseline) the same way.
@@ -50,7 +50,7 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
     )
     summary = train(cfg)
     ckpt_dir = out / "train" / "checkpoints"
-    ckpt = ckpt_dir / "best.pt" if (ckpt_dir / "best.pt").is_file() else ckpt_dir / "last.pt"
+    ckpt = ckpt_dir / "last.pt"  # the weights training ended with, not the best running return
     clip = out / "train" / "data" / "demo_clip.npz"
     console.print(f"[bold]evaluating[/] {ckpt} on {clip}")
     report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", video)

@@ -12,14 +12,15 @@ from pathlib import Path
 from mimic2dm.tasks.registry import load_task
 
 
-def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, picture_out=None,
+def evaluate(checkpoint, data: list[str | Path], views: int | str | list[int] = 1, json_out=None, picture_out=None,
              video_out=None) -> dict:  # fmt: skip
     """Evaluate a policy on the files ``data``; returns (and optionally writes) the report.
 
     Args:
         checkpoint: a checkpoint path, or a loaded policy (``.act(obs, deterministic)``, ``.env_spec``).
         data: reference files the task evaluates on (2D-motion files with cameras for tracking).
-        views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation).
+        views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation); several
+            counts (``[1, 2, 4]`` or ``"1,2,4"``) give ``{"views": [...], "by_views": {"1": report, ...}}``.
         json_out, picture_out, video_out: optional output paths (``json_out`` may be ``-``: stdout).
             The video is skipped with one warning where no OpenGL back-end works
             (:func:`mimic2dm.render.gl_backend`; callers that need it check that first).
@@ -38,4 +39,32 @@ def evaluate(checkpoint, data: list[str | Path], views: int = 1, json_out=None, 
         raise ValueError(
             f"task {entry.name!r} has no evaluation (its registry entry sets no `evaluate`)"
         )
-    return entry.evaluate(policy, data, views, json_out, picture_out, video_out, name=name)
+    counts = parse_views(views)
+    if len(counts) == 1:
+        return entry.evaluate(policy, data, counts[0], json_out, picture_out, video_out, name=name)
+    # several view counts: one report each (pictures and video of the first), in one JSON
+    by_views = {}
+    for i, v in enumerate(counts):
+        by_views[str(v)] = entry.evaluate(policy, data, v, None, picture_out if i == 0 else None,
+                                          video_out if i == 0 else None, name=name)  # fmt: skip
+    report = {"checkpoint": name, "views": counts, "by_views": by_views}
+    from mimic2dm.utils.reporting import write_json_report
+
+    write_json_report(report, json_out or None)
+    return report
+
+
+def parse_views(views) -> list[int]:
+    """View counts from ``3``, ``[1, 2]`` or ``"1,2,4"`` (each >= 1, in the order given).
+
+    Raises:
+        ValueError: naming ``--views`` and what it expects.
+    """
+    items = str(views).split(",") if isinstance(views, (str, int)) else list(views)
+    try:
+        counts = [int(str(x).strip()) for x in items]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1 or len(set(counts)) != len(counts):
+        raise ValueError(f"--views {views!r}: expected distinct view counts >= 1, e.g. 1 or 1,2,4")
+    return counts

@@ -253,7 +253,7 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
     Raises:
         ValueError: unknown format, not a tracker checkpoint, or missing clip files.
     """
-    from mimic2dm.tasks.tracking2d.factory import make_task
+    from mimic2dm.tasks.registry import make_task
 
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
@@ -281,7 +281,7 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
         desc = describe(task, spec, policy, checkpoint, model_path.name, fmt)
         ref_a, ref_t = reference_outputs(policy, task, obs)
     finally:
-        task.engine.close()
+        task.close()
     np.savez_compressed(out / "samples.npz", obs=obs.numpy(), action=ref_a, pd_target=ref_t)
     desc["check"] = {**check, "tolerance": tolerance, "passed": check["max_abs_error"] <= tolerance}
     (out / "policy.json").write_text(json.dumps(desc, indent=2))
@@ -298,6 +298,6 @@ def describe(task, spec, policy: Policy, checkpoint, model_name: str, fmt: str) 
                     "pd_target": {"shape": ["batch", J], "unit": "rad"}},
         "observation": observation_layout(task), "action": action_mapping(task),
         "character": spec.character, "objects": list(spec.objects), "engine": spec.engine,
-        "control_hz": spec.control_hz, "physics_hz": spec.physics_hz,
+        "control_hz": spec.control_hz, "physics_hz": float(spec.engine.get("physics_hz", 60.0)),
         "source": {"checkpoint": str(checkpoint), "epoch": policy.epoch, "frame": policy.frame},
     }  # fmt: skip

@@ -75,3 +75,80 @@ def jitter(positions: torch.Tensor, fps: float) -> torch.Tensor:
         - positions[..., :-3, :, :]
     )
     return (d3 * fps**3).norm(dim=-1).mean(dim=(-2, -1))
+
+
+# ----------------------------------------------------------------------------- physical plausibility
+CONTACT_HEIGHT_M = 0.05
+"""A foot is in contact when its keypoint is less than this above its standing height (m)."""
+
+
+def foot_contact(heights: torch.Tensor, threshold: float = CONTACT_HEIGHT_M) -> torch.Tensor:
+    """``[..., T, F]`` bool: feet whose height above the ground ``heights [..., T, F]`` (m) is
+    below ``threshold``."""
+    return heights < threshold
+
+
+def foot_skating(
+    feet: torch.Tensor, heights: torch.Tensor, fps: float, threshold: float = CONTACT_HEIGHT_M
+) -> torch.Tensor:
+    """Mean horizontal speed (m/s) of feet in contact at both ends of a frame step.
+
+    Args:
+        feet: ``[..., T, F, 3]`` world foot positions (m, z-up); heights: ``[..., T, F]``
+            their heights above the ground (m); fps: frame rate.
+
+    Returns:
+        ``[...]`` m/s; 0 where no foot is ever in contact on two successive frames.
+    """
+    c = foot_contact(heights, threshold)
+    both = (c[..., 1:, :] & c[..., :-1, :]).to(feet.dtype)
+    speed = (feet[..., 1:, :, :2] - feet[..., :-1, :, :2]).norm(dim=-1) * fps
+    return (speed * both).sum((-2, -1)) / both.sum((-2, -1)).clamp_min(1.0)
+
+
+def ground_penetration_mm(heights: torch.Tensor) -> torch.Tensor:
+    """Mean over frames of how deep the lowest foot is below the ground (mm; 0 above it).
+
+    Args:
+        heights: ``[..., T, F]`` foot heights above the ground (m).
+
+    Returns:
+        ``[...]`` mm.
+    """
+    return (-heights.amin(-1)).clamp_min(0.0).mean(-1) * 1000.0
+
+
+def floating_mm(heights: torch.Tensor, threshold: float = CONTACT_HEIGHT_M) -> torch.Tensor:
+    """Mean height (mm) of the lowest foot over the frames where no foot is in contact.
+
+    Args:
+        heights: ``[..., T, F]`` foot heights above the ground (m).
+
+    Returns:
+        ``[...]`` mm; 0 where some foot touches the ground in every frame.
+    """
+    low = heights.amin(-1)
+    air = (low >= threshold).to(heights.dtype)
+    return (low * air).sum(-1) / air.sum(-1).clamp_min(1.0) * 1000.0
+
+
+def plausibility(
+    keypoints: torch.Tensor, feet: tuple[list[int], torch.Tensor], fps: float,
+    threshold: float = CONTACT_HEIGHT_M,
+) -> dict[str, float]:
+    """Foot skating (m/s), ground penetration (mm) and floating (mm) of one motion.
+
+    Args:
+        keypoints: ``[T, K, 3]`` world keypoints (m, z-up, ground at z = 0).
+        feet: ``(indices [F], standing heights [F])`` of the foot keypoints
+            (:func:`mimic2dm.characters.feet.character_feet`).
+        fps: frame rate of ``keypoints``.
+    """
+    idx, rest = feet
+    feet = keypoints[..., idx, :].float()
+    h = feet[..., 2] - rest.to(feet.device)
+    return {
+        "foot_skating_m_s": float(foot_skating(feet, h, fps, threshold)),
+        "ground_penetration_mm": float(ground_penetration_mm(h)),
+        "floating_mm": float(floating_mm(h, threshold)),
+    }

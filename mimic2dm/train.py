@@ -46,6 +46,15 @@ if not OmegaConf.has_resolver("m2d_or"):
     OmegaConf.register_new_resolver(
         "m2d_or", lambda a, b: b if a in (None, "", "null", "None") else a
     )
+if not OmegaConf.has_resolver("m2d_character"):
+    # ``${m2d_character:NAME,FIELD}``: a per-character fact read from its CharacterSpec, so
+    # conf/character/*.yaml refers to the spec instead of copying it
+    def _character_fact(name: str, field: str):
+        from mimic2dm.characters import load_character
+
+        return getattr(load_character(str(name)), str(field))
+
+    OmegaConf.register_new_resolver("m2d_character", _character_fact)
 
 
 def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
@@ -80,9 +89,14 @@ def effective_config(cfg: DictConfig, resume_overrides: Sequence[str] = ()) -> D
             raise ValueError(
                 f"resume: config group {key!r} cannot change on resume (got override {o!r})"
             )
+    views_before = OmegaConf.select(saved, "task.num_views")
     saved = OmegaConf.merge(
         saved, OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides])
     )
+    if OmegaConf.select(saved, "task.num_views") != views_before:
+        # resume restores the envs' episodes, whose views are drawn per env: their count is fixed
+        raise ValueError(f"resume: task.num_views cannot change on resume ({views_before} in {saved_path}); "
+                         f"start a new run from its weights with init_from={run_dir}")  # fmt: skip
     saved.resume, saved.run_dir = str(run_dir), str(run_dir)
     return saved
 
@@ -222,6 +236,8 @@ def train(
             agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
             if ckpt is not None:
                 agent.restore(str(ckpt))
+            elif cfg.get("init_from"):
+                init_weights(agent, str(cfg.init_from))
             if agent.epoch_num < tc.max_epochs:
                 with _stop_on_sigint(agent):
                     agent.train()
@@ -243,6 +259,33 @@ def train(
         log.warning("interrupted at epoch %d; checkpoint %s; continue with resume=%s",
                     summary["epochs"], summary["last_checkpoint"], run_dir)  # fmt: skip
     return summary
+
+
+def init_weights(agent, source: str) -> Path:
+    """Start ``agent`` from the network weights (normalisers included) of the checkpoint
+    ``source`` (a ``.pt`` or a run dir: its ``checkpoints/last.pt``); the optimiser, epoch
+    counters and envs start fresh. The network is view-count free, so a 1-view tracker can
+    be fine-tuned with ``task.num_views=2``.
+
+    Raises:
+        FileNotFoundError: no checkpoint there; ValueError: its network does not fit this run's.
+    """
+    from mimic2dm.utils.checkpoint import load_checkpoint
+
+    path = Path(source)
+    path = path / "checkpoints" / "last.pt" if path.is_dir() else path
+    if not path.is_file():
+        raise FileNotFoundError(f"init_from={source}: no checkpoint there (a .pt or a run dir with checkpoints/last.pt)")
+    ck = load_checkpoint(path)
+    if "model" not in ck:
+        raise ValueError(f"init_from={path}: not a tracker checkpoint (no 'model' weights)")
+    try:
+        agent.set_weights(ck)
+    except RuntimeError as e:  # shape mismatch: other keypoints, character, network sizes
+        raise ValueError(f"init_from={path}: its network does not fit this run's (same task, character "
+                         f"and network sizes needed; only the view count may differ): {e}") from None  # fmt: skip
+    log.info("initialised the network from %s (epoch %s)", path, ck.get("epoch"))
+    return path
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from pathlib import Path
 from mimic2dm.tasks.base import TaskSpec
 from omegaconf import OmegaConf
 
-from mimic2dm.motion.demo import make_demo_clip
+from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.motion.format import save_motion2d
 
 TINY = [

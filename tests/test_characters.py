@@ -150,3 +150,21 @@ def test_ball_object():
         speeds.append(np.linalg.norm(d.qvel[adr : adr + 3]))
     assert d.body("ball").xpos[2] == pytest.approx(0.11, abs=2e-3)  # rests on the floor
     assert 0.2 < speeds[-1] < speeds[60]  # rolling friction slows it, it keeps rolling
+
+
+@pytest.mark.parametrize("name", ["humanoid", "dog", "dog_spine"])
+def test_per_character_facts_come_from_the_spec(name):
+    """fall height, detector class and pose model: one copy, on the CharacterSpec."""
+    from mimic2dm.motion.keypoint_sets import load_keypoint_set
+    from mimic2dm.train import CONF_DIR, compose_config
+    from mimic2dm.video.pipeline import subject_of
+
+    spec = load_character(name)
+    text = (CONF_DIR / "character" / f"{name}.yaml").read_text()
+    assert "fall_height: ${m2d_character:" in text  # the yaml refers to the spec, no copy
+    cfg = compose_config([f"character={name}"])
+    assert cfg.character.fall_height == spec.fall_height > 0
+    assert cfg.task.fall_height == spec.fall_height
+    assert subject_of(name) == (spec.keypoint_set, spec.detector_class)
+    assert spec.detector_class in ("person", "dog") and spec.pose_model
+    assert spec.keypoint_names == load_keypoint_set(spec.keypoint_set).names

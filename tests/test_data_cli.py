@@ -341,8 +341,8 @@ def test_import_json_and_aist(tmp_path: Path):
 
 
 def test_demo_clip(tmp_path: Path):
+    from mimic2dm.characters.demo_clip import make_demo_clip
     from mimic2dm.characters.registry import load_character
-    from mimic2dm.motion.demo import make_demo_clip
 
     m3, m2 = make_demo_clip(seconds=4, fps=30, seed=0)
     spec = load_character("humanoid")

@@ -19,8 +19,8 @@ from fake_engine import KinematicEngine
 from mimic2dm.tasks.base import TaskSpec
 from mimic2dm.tasks.registry import load_task, task_names
 
+from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.engines import ENGINES
-from mimic2dm.motion.demo import make_demo_clip
 from mimic2dm.motion.format import save_motion2d
 from mimic2dm.rl.vecenv import TaskVecEnv
 

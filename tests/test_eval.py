@@ -8,8 +8,8 @@ from mimic2dm.tasks.base import TaskSpec
 from mimic2dm.tasks.tracking2d.evaluation import sequences
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
+from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.eval import evaluate
-from mimic2dm.motion.demo import make_demo_clip
 from mimic2dm.motion.format import save_motion2d
 from mimic2dm.motion.synth import synthesize_views
 

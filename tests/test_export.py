@@ -7,7 +7,7 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
-from mimic2dm.tasks.tracking2d.factory import make_task
+from mimic2dm.tasks.registry import make_task
 from rl_helpers import tiny_config, write_demo
 from typer.testing import CliRunner
 

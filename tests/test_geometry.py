@@ -7,8 +7,8 @@ import torch
 
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import Camera, look_at, pixel_threshold, project_points
-from mimic2dm.geometry.canonical import CanonicalMotion, body_scale, from_canonical, to_canonical
 from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera, sample_cameras
+from mimic2dm.motion.canonical import CanonicalMotion, body_scale, from_canonical, to_canonical
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17, load_keypoint_set
 
 

@@ -48,3 +48,56 @@ def test_jitter_zero_for_quadratic_and_known_for_cubic():
     assert metrics.jitter(cubic, fps=2.0) == pytest.approx(6.0 * 8.0)
     with pytest.raises(ValueError, match="4 frames"):
         metrics.jitter(quad[:3], fps=30.0)
+
+
+def test_foot_skating_counts_only_feet_in_contact():
+    # two feet over 3 frames at 10 fps: foot 0 on the ground sliding 2 cm/frame in x,
+    # foot 1 lifted (0.2 m) and moving fast: only foot 0 counts -> 0.02 m * 10 / s
+    feet = torch.zeros(3, 2, 3)
+    feet[:, 0, 0] = torch.tensor([0.0, 0.02, 0.04])
+    feet[:, 1, 0] = torch.tensor([0.0, 1.0, 2.0])
+    feet[:, 1, 2] = 0.2
+    h = feet[..., 2]
+    assert metrics.foot_skating(feet, h, fps=10.0) == pytest.approx(0.2)
+    feet[:, 0, 2] = 0.3  # both feet in the air: no skating at all
+    assert metrics.foot_skating(feet, feet[..., 2], fps=10.0) == pytest.approx(0.0)
+    # a vertical move of a grounded foot is not skating
+    still = torch.zeros(2, 1, 3)
+    still[1, 0, 2] = 0.01
+    assert metrics.foot_skating(still, still[..., 2], fps=30.0) == pytest.approx(0.0)
+
+
+def test_ground_penetration_and_floating_known_answers():
+    # frames: lowest foot at -0.01, +0.1 (no contact), 0.0, +0.3 (no contact)
+    h = torch.tensor([[-0.01, 0.2], [0.1, 0.4], [0.0, 0.5], [0.3, 0.3]])
+    assert metrics.ground_penetration_mm(h) == pytest.approx(10.0 / 4)
+    assert metrics.floating_mm(h) == pytest.approx((100.0 + 300.0) / 2)
+    grounded = torch.zeros(5, 2)
+    assert metrics.floating_mm(grounded) == 0.0 and metrics.ground_penetration_mm(grounded) == 0.0
+    assert metrics.foot_contact(h).tolist() == [[True, False], [False, False], [True, False], [False, False]]
+
+
+def test_plausibility_of_a_standing_character_is_clean_and_sinking_shows():
+    from mimic2dm.characters import load_character
+
+    spec = load_character("humanoid")
+    from mimic2dm.characters.feet import character_feet
+
+    feet = character_feet(spec)
+    idx, rest = feet
+    assert len(idx) == 2 and ((rest > 0.02) & (rest < 0.2)).all()  # ankles above the sole
+    p = spec.default_pose
+    d = lambda x: torch.tensor(x, dtype=torch.float64)[None]  # noqa: E731
+    kp = spec.tree.keypoints(spec.site_offsets, d(p.root_pos), d(p.root_quat), d(p.dof_pos)).float()
+    still = kp.expand(10, -1, -1).clone()
+    m = metrics.plausibility(still, feet, fps=30.0)
+    assert m == pytest.approx({"foot_skating_m_s": 0.0, "ground_penetration_mm": 0.0, "floating_mm": 0.0})
+    sunk = still.clone()
+    sunk[..., 2] -= 0.02  # 2 cm into the floor
+    assert metrics.plausibility(sunk, feet, 30.0)["ground_penetration_mm"] == pytest.approx(20.0, abs=1e-3)
+    up = still.clone()
+    up[..., 2] += 0.5  # hovering half a metre
+    assert metrics.plausibility(up, feet, 30.0)["floating_mm"] == pytest.approx(500.0, abs=1e-3)
+    slide = still.clone()
+    slide[..., 0] += torch.arange(10.0)[:, None] * 0.01  # 1 cm/frame at 30 fps
+    assert metrics.plausibility(slide, feet, 30.0)["foot_skating_m_s"] == pytest.approx(0.3, abs=1e-4)

@@ -1,4 +1,4 @@
-"""The synthetic dribble (motion/dribble.py, ``data dribble``) on the real cmu_run clip, ball simulated in MuJoCo."""
+"""The synthetic dribble (characters/dribble_clip.py, ``data dribble``) on the real cmu_run clip, ball simulated in MuJoCo."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from mimic2dm.characters.clips import load_mocap_keypoints
+from mimic2dm.characters.dribble_clip import ball_distance, compose_dribble
 from mimic2dm.characters.objects import BALL_RADIUS
 from mimic2dm.cli import app
-from mimic2dm.motion.dribble import ball_distance, compose_dribble
 from mimic2dm.motion.format import load_motion2d
-from mimic2dm.motion.loaders import load_mocap_keypoints
 from mimic2dm.motion.synth import root_trajectory
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"

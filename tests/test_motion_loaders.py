@@ -12,14 +12,13 @@ import pytest
 import torch
 from scipy.spatial.transform import Rotation
 
+from mimic2dm.characters.clips import load_mocap_keypoints, mocap_to_motion3d
 from mimic2dm.motion.format import Motion3D, MotionFormatError, save_motion3d
 from mimic2dm.motion.loaders import (
     load_aist,
     load_coco_keypoints,
     load_keypoints_json,
     load_mmpose_predictions,
-    load_mocap_keypoints,
-    mocap_to_motion3d,
 )
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from mimic2dm.characters.clips import load_mocap_keypoints
 from mimic2dm.cli import app
 from mimic2dm.motion.format import load_motion2d
-from mimic2dm.motion.loaders import load_mocap_keypoints
 from mimic2dm.motion.looping import find_cycle, loop_keypoints
 from mimic2dm.motion.synth import root_trajectory
 

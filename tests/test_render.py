@@ -112,11 +112,11 @@ def test_overlay_picture_has_a_legend():
     ref = np.random.default_rng(0).uniform(100, 900, (4, K, 2))
     mask = np.ones((4, K), bool)
     both = np.asarray(
-        overlay_grid(ref, ref + 30, mask, kset, (1920, 1080), [0, 3], tile_height=135)
+        overlay_grid(ref, ref + 30, mask, kset.edges, (1920, 1080), [0, 3], tile_height=135)
     )
     assert both.shape == (135 + LEGEND_HEIGHT, 2 * 240, 3)
     legend = both[135:]
     assert _has(legend, REF_COLOR) and _has(legend, SIM_COLOR)
     assert (legend.min(-1) < 100).sum() > 30  # the labels' dark text
-    ref_only = np.asarray(overlay_grid(ref, None, mask, kset, (1920, 1080), [0], tile_height=135))
+    ref_only = np.asarray(overlay_grid(ref, None, mask, kset.edges, (1920, 1080), [0], tile_height=135))
     assert _has(ref_only[135:], REF_COLOR) and not _has(ref_only, SIM_COLOR)

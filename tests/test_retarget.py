@@ -38,6 +38,7 @@ from mimic2dm.geometry.rotations import (
     quat_mul,
     quat_to_matrix,
     wxyz_to_xyzw,
+    xyzw_to_wxyz,
 )
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
@@ -130,7 +131,7 @@ def test_torch_fk_matches_mujoco(name):
     )
     pos = torch.randn(t, 3, generator=gen, dtype=torch.float64)
     kp = spec.tree.keypoints(spec.site_offsets, pos, quat, dof)
-    qpos = torch.cat([pos, quat[:, [3, 0, 1, 2]], dof], dim=-1)
+    qpos = torch.cat([pos, xyzw_to_wxyz(quat), dof], dim=-1)
     np.testing.assert_allclose(kinematic_replay(spec, qpos), kp.numpy(), atol=1e-9)
 
 

@@ -14,6 +14,8 @@ from task_helpers import standing_clip
 from mimic2dm.motion.format import save_motion2d
 
 N, STEPS = 3, 6
+OBJECTS = {"dribble": ("ball",)}
+"""Props a task needs in every env (the others run without)."""
 CASES = [(t, c) for t in TASKS.names() for c in supported_characters(load_task(t))]
 
 
@@ -21,9 +23,10 @@ def spec_for(task: str, character: str, tmp_path) -> TaskSpec:
     data = ()
     if load_task(task).needs_data:
         path = tmp_path / f"{character}.npz"
-        save_motion2d(standing_clip(character), path)
+        save_motion2d(standing_clip(character, ball=bool(OBJECTS.get(task))), path)
         data = (str(path),)
-    return TaskSpec(task, character, engine={"name": "mujoco", "num_threads": 1}, data=data)
+    return TaskSpec(task, character, engine={"name": "mujoco", "num_threads": 1}, data=data,
+                    objects=OBJECTS.get(task, ()))  # fmt: skip
 
 
 def check_task(task: Task, steps: int = STEPS) -> StepStats:
@@ -57,7 +60,7 @@ def check_task(task: Task, steps: int = STEPS) -> StepStats:
 
 
 def test_every_task_is_registered_with_a_description():
-    assert {"tracking2d", "stand"} <= set(TASKS.names())
+    assert {"tracking2d", "stand", "dribble"} <= set(TASKS.names())
     for name in TASKS.names():
         entry = load_task(name)
         assert entry.name == name and entry.description and "\n" not in entry.description
@@ -68,7 +71,7 @@ def test_every_task_is_registered_with_a_description():
 @pytest.mark.parametrize("task,character", CASES)
 def test_task_on_the_fake_engine(task, character, tmp_path):
     spec = spec_for(task, character, tmp_path)
-    t = load_task(task).build(spec, KinematicEngine(character, N), 0)
+    t = load_task(task).build(spec, KinematicEngine(character, N, objects=spec.objects), 0)
     check_task(t)
     t.close()
 
@@ -85,7 +88,7 @@ def test_exact_resume_of_every_task(tmp_path):
     for task in TASKS.names():
         spec = spec_for(task, "humanoid", tmp_path)
         entry = load_task(task)
-        a, b = (entry.build(spec, KinematicEngine("humanoid", N), s) for s in (1, 2))
+        a, b = (entry.build(spec, KinematicEngine("humanoid", N, objects=spec.objects), s) for s in (1, 2))
         for _ in range(3):
             a.step(torch.full((N, a.action_dim), 0.1))
         b.load_state_dict(a.state_dict())

@@ -36,15 +36,20 @@ def test_object_reward_only_where_it_applies():
     with_ball = clip_task(standing_clip("humanoid", ball=True), 2, objects=("ball",))
     r = with_ball.step(torch.zeros(2, with_ball.action_dim))
     assert (
-        set(r.terms) == {"pos", "vel", "reg", "obj"}
+        set(r.terms) == {"pos", "vel", "reg", "ori", "contact", "obj"}
         and ((r.terms["obj"] >= 0) & (r.terms["obj"] <= 1)).all()
     )
-    # the fake engine keeps the ball at the origin, not where the reference has it: far from 1
+    # initial states put the ball on the clip's 3D track: the 2D error starts at ~0
+    assert (r.terms["obj"] > 0.99).all()
+    st = with_ball.asi.sample_states(torch.zeros(2, dtype=torch.long), with_ball.gen)
+    st.object_pos[:, 0] = torch.tensor([0.0, 0.0, 0.11])  # the ball moved off its track
+    with_ball.start_episodes(torch.arange(2), torch.zeros(2, dtype=torch.long), st)
+    r = with_ball.step(torch.zeros(2, with_ball.action_dim))
     assert (r.terms["obj"] < 0.9).all()
     no_track = clip_task(standing_clip("humanoid"), 2, objects=("ball",))
-    assert set(no_track.step(torch.zeros(2, no_track.action_dim)).terms) == {"pos", "vel", "reg"}
+    assert set(no_track.step(torch.zeros(2, no_track.action_dim)).terms) == {"pos", "vel", "reg", "ori", "contact"}
     no_ball = clip_task(standing_clip("humanoid", ball=True), 2)
-    assert set(no_ball.step(torch.zeros(2, no_ball.action_dim)).terms) == {"pos", "vel", "reg"}
+    assert set(no_ball.step(torch.zeros(2, no_ball.action_dim)).terms) == {"pos", "vel", "reg", "ori", "contact"}
 
 
 def stream_and_clip(n: int = 2):

@@ -10,10 +10,10 @@ from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_moti
 from mimic2dm.tasks.tracking2d.source import ClipReference
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
+from mimic2dm.characters.clips import load_mocap_keypoints
+from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.engines import load_engine
 from mimic2dm.geometry.virtual import VirtualCameraConfig
-from mimic2dm.motion.demo import make_demo_clip
-from mimic2dm.motion.loaders import load_mocap_keypoints
 from mimic2dm.motion.synth import synthesize_views
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
@@ -50,7 +50,7 @@ def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
         assert ((r >= 0) & (r <= 1)).all()
         assert not (term & trunc).any()
         assert torch.equal(res.causes["timeout"], trunc)
-        assert set(res.terms) == {"pos", "vel", "reg"}  # no object: no obj term
+        assert set(res.terms) == {"pos", "vel", "reg", "ori", "contact"}  # no object: no obj term; Yu 2021 cues logged
         lengths += res.episode_length[res.done].tolist()
         assert (res.episode_length[~res.done] == 0).all()
         for k, v in res.causes.items():

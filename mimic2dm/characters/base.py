@@ -53,8 +53,9 @@ class DefaultPose:
 
     def qpos(self) -> np.ndarray:
         """MuJoCo ``qpos [7 + J]`` of the character alone (freejoint quaternion wxyz)."""
-        x, y, z, w = self.root_quat
-        return np.concatenate([self.root_pos, [w, x, y, z], self.dof_pos])
+        from mimic2dm.geometry.rotations import xyzw_to_wxyz  # torch stays out of the spec's import
+
+        return np.concatenate([self.root_pos, xyzw_to_wxyz(self.root_quat), self.dof_pos])
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +85,10 @@ class CharacterSpec:
             freejoint, no floor, no actuators, no sensors).
         tree: the same bodies / offsets / hinges for torch forward kinematics
             (``spec.tree.fk``, ``spec.tree.keypoints``), equal to MuJoCo's.
+        fall_height: root height (m) below which the character has fallen; the tasks get it
+            through ``conf/character/<name>.yaml`` (``${m2d_character:...}``).
+        detector_class: COCO detector class of the character in videos (``person``, ``dog``).
+        pose_model: default 2D pose-model registry name for its keypoint set (``video.pose``).
         extra: free-form character-specific metadata (e.g. the dog's spine flag).
     """
 
@@ -104,6 +109,9 @@ class CharacterSpec:
     default_pose: DefaultPose
     mjcf: str
     tree: KinematicTree
+    fall_height: float
+    detector_class: str
+    pose_model: str
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

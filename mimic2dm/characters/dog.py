@@ -237,5 +237,8 @@ def make_dog(spine: bool = False) -> CharacterSpec:
         default_pose=DefaultPose((0.0, 0.0, STAND_HEIGHT + 0.002), (0.0, 0.0, 0.0, 1.0), dof_pos),
         mjcf=build_mjcf("dog", bodies, _DEFAULTS),
         tree=build_tree(bodies),
+        fall_height=0.15,
+        detector_class="dog",
+        pose_model="vitpose-plus-b-ap10k",
         extra={"spine": spine},
     )

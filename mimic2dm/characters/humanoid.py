@@ -32,6 +32,7 @@ from mimic2dm.characters.builder import (
     joint_table,
     site_offsets,
 )
+from mimic2dm.motion.keypoint_sets import COCO17
 
 BODY_NAMES: tuple[str, ...] = (
     "pelvis", "torso", "head",
@@ -116,13 +117,8 @@ _GEOMS: dict[str, list[tuple[str, dict, float]]] = {
 FOOT_SOLE_DEPTH = 0.05
 """Distance from the ankle (foot body origin) down to the sole (m)."""
 
-KEYPOINT_NAMES: tuple[str, ...] = (
-    "nose", "left_eye", "right_eye", "left_ear", "right_ear",
-    "left_shoulder", "right_shoulder", "left_elbow", "right_elbow",
-    "left_wrist", "right_wrist", "left_hip", "right_hip",
-    "left_knee", "right_knee", "left_ankle", "right_ankle",
-)  # fmt: skip
-"""COCO-17 order."""
+KEYPOINT_NAMES: tuple[str, ...] = COCO17.names
+"""COCO-17 order (the keypoint set is the one source of the names)."""
 
 SITE_OFFSETS: tuple[tuple[str, tuple[float, float, float]], ...] = (
     ("head", (0.09, 0.0, 0.17)),
@@ -231,4 +227,7 @@ def make_humanoid() -> CharacterSpec:
         ),
         mjcf=build_mjcf("humanoid", bodies, _DEFAULTS),
         tree=build_tree(bodies),
+        fall_height=0.3,
+        detector_class="person",
+        pose_model="vitpose-b",
     )

@@ -23,6 +23,7 @@ import torch
 from mimic2dm.characters import humanoid as H
 from mimic2dm.characters.kinematics import keypoints_from_bodies
 from mimic2dm.geometry.rotations import quat_mul, quat_normalize, quat_rotate
+from mimic2dm.motion.keypoint_sets import DOG17
 
 __all__ = [
     "DogMocap",
@@ -46,14 +47,8 @@ DOG_JOINT_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 """Joint order of the dog clips."""
 
-DOG17_NAMES: tuple[str, ...] = (
-    "left_eye", "right_eye", "nose", "neck", "root_of_tail",
-    "left_shoulder", "left_elbow", "left_front_paw",
-    "right_shoulder", "right_elbow", "right_front_paw",
-    "left_hip", "left_knee", "left_back_paw",
-    "right_hip", "right_knee", "right_back_paw",
-)  # fmt: skip
-"""AP-10K keypoint order (``keypoint_set="dog17"``)."""
+DOG17_NAMES: tuple[str, ...] = DOG17.names
+"""AP-10K keypoint order (``keypoint_set="dog17"``; the keypoint set is the one source)."""
 
 DOG17_FROM_MOCAP: dict[str, str] = {
     "nose": "HeadSite",  # tip of the head chain = snout

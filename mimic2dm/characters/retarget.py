@@ -24,6 +24,7 @@ from mimic2dm.geometry.rotations import (
     matrix_to_quat,
     quat_mul,
     quat_to_euler_xyz,
+    wxyz_to_xyzw,
     xyzw_to_wxyz,
 )
 
@@ -36,6 +37,12 @@ DOG_TRUNK_KEYPOINTS = (
     "right_hip",
 )
 """dog17 keypoints fixed to the trunk of the 12-DoF dog: used for the root's rigid fit."""
+
+TRUNK_KEYPOINTS = {
+    "dog17": DOG_TRUNK_KEYPOINTS,
+    "coco17": ("left_shoulder", "right_shoulder", "left_hip", "right_hip"),
+}
+"""Per keypoint set, the keypoints that start the root's rigid fit (:func:`fit_keypoints`)."""
 
 
 def _hinge_angle(q: torch.Tensor, axis: int) -> torch.Tensor:
@@ -142,6 +149,7 @@ def solve_keypoint_ik(
     init_quat: torch.Tensor,
     init_dof: torch.Tensor,
     iters: int = 60,
+    tol: float = 0.0,
 ) -> torch.Tensor:
     """Batched Levenberg-Marquardt fit of a pose to keypoints, one problem per frame.
 
@@ -150,6 +158,8 @@ def solve_keypoint_ik(
         target: ``[T, K, 3]`` keypoints, ``spec.keypoint_names`` order (float64).
         init_pos: ``[T, 3]``, init_quat: ``[T, 4]`` xyzw, init_dof: ``[T, J]``.
         iters: LM iterations (each: one Jacobian, one trial step per frame).
+        tol: stop early once every frame's RMS keypoint error (m) is below ``tol`` or
+            stopped improving (0: always run ``iters``).
 
     Returns:
         ``qpos [T, 7 + J]`` (root quaternion wxyz); joints within ``spec.joint_range``.
@@ -176,6 +186,8 @@ def solve_keypoint_ik(
         r = torch.where(better[:, None], r_new, r)
         cost = torch.where(better, cost_new, cost)
         lam = torch.where(better, lam * 0.3, lam * 10.0).clamp(1e-9, 1e9)
+        if tol > 0 and bool(((cost / target[0].numel() < tol * tol) | (lam >= 1e9)).all()):
+            break
     quat = quat_mul(init_quat, exp_map_to_quat(p[:, 3:6]))
     return torch.cat([p[:, :3], xyzw_to_wxyz(quat), p[:, 6:]], dim=-1)
 
@@ -194,19 +206,54 @@ def retarget_dog(
         ``qpos [T, 7 + J]`` float64 (root quaternion wxyz).
     """
     spec = load_character(spec) if isinstance(spec, str) else spec
-    target = dog_keypoints(clip).to(torch.float64)
+    return fit_keypoints(spec, dog_keypoints(clip), iters)
+
+
+def fit_keypoints(
+    spec: CharacterSpec,
+    target: torch.Tensor,
+    iters: int = 60,
+    tol: float = 0.0,
+    init: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Inverse kinematics of any character onto 3D keypoints in its own keypoint set.
+
+    The root starts from a rigid fit of the default pose's trunk keypoints
+    (:data:`TRUNK_KEYPOINTS`), the joints from the default pose; then
+    :func:`solve_keypoint_ik` refines both, one problem per frame.
+
+    Args:
+        spec: the character.
+        target: ``[T, K, 3]`` keypoints (``spec.keypoint_names`` order, metres).
+        iters: Levenberg-Marquardt iterations; tol: early stop (:func:`solve_keypoint_ik`).
+        init: optional ``qpos [T, 7 + J]`` (wxyz) to start from instead (e.g. a
+            neighbouring frame's solution).
+
+    Returns:
+        ``qpos [T, 7 + J]`` float64 (root quaternion wxyz), joints within their limits.
+    """
+    if spec.keypoint_set not in TRUNK_KEYPOINTS:
+        raise ValueError(f"fit_keypoints: no trunk keypoints known for {spec.keypoint_set!r} "
+                         f"(known: {sorted(TRUNK_KEYPOINTS)})")  # fmt: skip
+    target = torch.as_tensor(target).to(torch.float64)
+    if target.dim() != 3 or target.shape[1:] != (spec.num_keypoints, 3):
+        raise ValueError(f"fit_keypoints: target must be [T, {spec.num_keypoints}, 3] keypoints of "
+                         f"{spec.name}, got {list(target.shape)}")  # fmt: skip
     t = target.shape[0]
-    pose = spec.default_pose
-    # trunk keypoints of the default pose, in the root frame (do not depend on the legs)
-    dof0 = torch.tensor(pose.dof_pos, dtype=torch.float64)
+    if init is not None:
+        init = torch.as_tensor(init, dtype=torch.float64)
+        quat = wxyz_to_xyzw(init[:, 3:7])
+        return solve_keypoint_ik(spec, target, init[:, :3], quat, init[:, 7:], iters, tol)
+    # trunk keypoints of the default pose, in the root frame (do not depend on the limbs)
+    dof0 = torch.tensor(spec.default_pose.dof_pos, dtype=torch.float64)
     ident = torch.tensor([0.0, 0.0, 0.0, 1.0], dtype=torch.float64)
     body_kp = spec.tree.keypoints(
         spec.site_offsets, torch.zeros(3, dtype=torch.float64), ident, dof0
     )
-    idx = [spec.keypoint_names.index(n) for n in DOG_TRUNK_KEYPOINTS]
+    idx = [spec.keypoint_names.index(n) for n in TRUNK_KEYPOINTS[spec.keypoint_set]]
     rot, trans = rigid_fit(body_kp[idx], target[:, idx])
     init_quat = matrix_to_quat(rot)
-    return solve_keypoint_ik(spec, target, trans, init_quat, dof0.expand(t, -1), iters)
+    return solve_keypoint_ik(spec, target, trans, init_quat, dof0.expand(t, -1), iters, tol)
 
 
 # ----------------------------------------------------------------------------- replay

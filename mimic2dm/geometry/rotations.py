@@ -12,19 +12,29 @@ All functions broadcast over leading dimensions ``[...]``.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+import numpy as np
 import torch
 
 _EPS = 1e-9
 
-
-def wxyz_to_xyzw(q: torch.Tensor) -> torch.Tensor:
-    """``[..., 4]`` wxyz -> xyzw."""
-    return torch.cat([q[..., 1:4], q[..., 0:1]], dim=-1)
+# the two order converters index, so they serve numpy arrays (file formats) as well
+QuatArray = TypeVar("QuatArray", torch.Tensor, np.ndarray)
 
 
-def xyzw_to_wxyz(q: torch.Tensor) -> torch.Tensor:
-    """``[..., 4]`` xyzw -> wxyz."""
-    return torch.cat([q[..., 3:4], q[..., 0:3]], dim=-1)
+_WXYZ_TO_XYZW = [1, 2, 3, 0]
+_XYZW_TO_WXYZ = [3, 0, 1, 2]
+
+
+def wxyz_to_xyzw(q: QuatArray) -> QuatArray:
+    """``[..., 4]`` wxyz -> xyzw (a new torch tensor or numpy array, like ``q``)."""
+    return q[..., _WXYZ_TO_XYZW]
+
+
+def xyzw_to_wxyz(q: QuatArray) -> QuatArray:
+    """``[..., 4]`` xyzw -> wxyz (a new torch tensor or numpy array, like ``q``)."""
+    return q[..., _XYZW_TO_WXYZ]
 
 
 def quat_identity(shape: tuple[int, ...] = (), dtype=torch.float32, device=None) -> torch.Tensor:

@@ -101,8 +101,8 @@ def synth(
     With ``--loops`` or ``--seconds`` the clip's gait cycle is repeated first, each loop
     starting where the previous one ended (heading included), seams blended.
     """
+    from mimic2dm.characters.clips import load_mocap_keypoints
     from mimic2dm.geometry.virtual import CAMERA_MODES
-    from mimic2dm.motion.loaders import load_mocap_keypoints
     from mimic2dm.motion.synth import resample, synthesize_views
 
     if character not in CHARACTERS:
@@ -370,9 +370,9 @@ def dribble(
 
     A stand-in for real dribbling clips (``mimic2dm extract`` detects the ball in your videos).
     """
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.characters.dribble_clip import compose_dribble
     from mimic2dm.geometry.virtual import CAMERA_MODES
-    from mimic2dm.motion.dribble import compose_dribble
-    from mimic2dm.motion.loaders import load_mocap_keypoints
     from mimic2dm.motion.synth import synthesize_views
 
     if camera not in CAMERA_MODES:
@@ -384,7 +384,7 @@ def dribble(
         _error(f"{mocap}: {e}")
         raise typer.Exit(1) from None
     meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps,
-            "dribble": {**d.info, "ball_radius": d.radius, "generator": "mimic2dm.motion.dribble"}}  # fmt: skip
+            "dribble": {**d.info, "ball_radius": d.radius, "generator": "mimic2dm.characters.dribble_clip"}}  # fmt: skip
     m = synthesize_views(d.keypoints3d, clip.keypoint_set, clip.fps, num_views=views, camera=camera,
                          seed=seed, object3d=d.ball, object_radius=d.radius,
                          labels={"skill": "dribble"}, meta=meta)  # fmt: skip
@@ -406,7 +406,7 @@ def demo(
     seed: Annotated[int, typer.Option(help="Camera seed.")] = 0,
 ) -> None:
     """Write the built-in keyframed humanoid demo clip (3D reference + 1-view 2D clip)."""
-    from mimic2dm.motion.demo import make_demo_clip
+    from mimic2dm.characters.demo_clip import make_demo_clip
 
     m3, m2 = make_demo_clip(seconds=seconds, fps=fps, seed=seed)
     save_motion3d(m3, out_dir / "demo_3d.npz")

@@ -685,8 +685,11 @@ class Motion3D:
 
     def qpos(self) -> np.ndarray:
         """MuJoCo ``qpos [T, 7 + J]`` of the character alone (freejoint quaternion wxyz)."""
-        wxyz = self.root_quat[:, [3, 0, 1, 2]]
-        return np.concatenate([self.root_pos, wxyz, self.dof_pos], axis=1)
+        from mimic2dm.geometry.rotations import (
+            xyzw_to_wxyz,  # torch stays out of the file format's import
+        )
+
+        return np.concatenate([self.root_pos, xyzw_to_wxyz(self.root_quat), self.dof_pos], axis=1)
 
 
 def save_motion3d(m: Motion3D, path: str | os.PathLike) -> None:

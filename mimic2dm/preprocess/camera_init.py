@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from mimic2dm.geometry.canonical import root_2d
+from mimic2dm.motion.canonical import root_2d
 from mimic2dm.motion.keypoint_sets import KeypointSet
 
 DEFAULT_FOV_DEG = 69.0
@@ -34,7 +34,9 @@ def default_focal(width: int, height: int, fov_deg: float = DEFAULT_FOV_DEG) -> 
     return max(width, height) / (2.0 * math.tan(math.radians(fov_deg) / 2.0))
 
 
-def camera_rotation(pitch: torch.Tensor, roll: torch.Tensor, yaw: torch.Tensor | None = None) -> torch.Tensor:
+def camera_rotation(
+    pitch: torch.Tensor, roll: torch.Tensor, yaw: torch.Tensor | None = None
+) -> torch.Tensor:
     """World-to-camera rotations ``[..., 3, 3]`` (OpenCV camera) of a camera looking along
     world +x turned by ``yaw`` about z, tilted down by ``pitch`` and rolled by ``roll`` (rad)."""
     if yaw is None:
@@ -48,7 +50,9 @@ def camera_rotation(pitch: torch.Tensor, roll: torch.Tensor, yaw: torch.Tensor |
     return torch.stack([cr * right + sr * down, -sr * right + cr * down, fwd], dim=-2)
 
 
-def bone_scale(uv: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, rest: torch.Tensor) -> torch.Tensor:
+def bone_scale(
+    uv: torch.Tensor, mask: torch.Tensor, kset: KeypointSet, rest: torch.Tensor
+) -> torch.Tensor:
     """Pixels per metre ``[T]`` of the body in each frame: 2D bone lengths over the
     character's 3D ones, summed over the visible bones of ``kset.edges``.
 

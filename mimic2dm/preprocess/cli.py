@@ -32,7 +32,9 @@ def _fail(msg: str) -> None:
 def _single_view(m: Motion2D, path: Path, view: int | None) -> Motion2D:
     if view is None:
         if m.num_views != 1:
-            _fail(f"{path}: field 'keypoints' has {m.num_views} views, expected 1 (pick one with --view)")
+            _fail(
+                f"{path}: field 'keypoints' has {m.num_views} views, expected 1 (pick one with --view)"
+            )
         return m
     if not 0 <= view < m.num_views:
         _fail(f"--view {view}: {path} has views 0..{m.num_views - 1}")
@@ -42,7 +44,9 @@ def _single_view(m: Motion2D, path: Path, view: int | None) -> Motion2D:
 def _check_gt(gt: Motion2D, gt_path: Path, clip: Motion2D, clip_path: Path) -> None:
     if not gt.has_cameras or gt.keypoints3d is None:
         missing = "camera_R" if not gt.has_cameras else "keypoints3d"
-        _fail(f"{gt_path}: field '{missing}' is missing, expected a ground-truth clip with cameras and keypoints3d")
+        _fail(
+            f"{gt_path}: field '{missing}' is missing, expected a ground-truth clip with cameras and keypoints3d"
+        )
     if gt.num_frames != clip.num_frames or gt.keypoint_set != clip.keypoint_set:
         _fail(f"{gt_path}: field 'keypoints' has {gt.num_frames} frames of {gt.keypoint_set}, expected "
               f"{clip.num_frames} frames of {clip.keypoint_set} like {clip_path}")  # fmt: skip
@@ -56,17 +60,32 @@ def _progress_bar(enabled: bool):
 
 
 def preprocess_cmd(
-    clips: Annotated[list[Path], typer.Argument(help="2D clips (.npz), e.g. from `mimic2dm extract` or `data strip`.")],
+    clips: Annotated[
+        list[Path],
+        typer.Argument(help="2D clips (.npz), e.g. from `mimic2dm extract` or `data strip`."),
+    ],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    character: Annotated[str, typer.Option(help="humanoid | dog: the character to fit.")] = "humanoid",
-    camera: Annotated[str, typer.Option(help="static | dynamic (smooth per-frame extrinsics).")] = "static",
-    focal: Annotated[float | None, typer.Option(help="Focal length (px); default from the image size.")] = None,
+    character: Annotated[
+        str, typer.Option(help="humanoid | dog: the character to fit.")
+    ] = "humanoid",
+    camera: Annotated[
+        str, typer.Option(help="static | dynamic (smooth per-frame extrinsics).")
+    ] = "static",
+    focal: Annotated[
+        float | None, typer.Option(help="Focal length (px); default from the image size.")
+    ] = None,
     refine_focal: Annotated[bool, typer.Option(help="Refine the focal once per clip.")] = True,
-    gt: Annotated[list[Path] | None, typer.Option(help="Unstripped clip per input clip (same order): report accuracy.")] = None,
+    gt: Annotated[
+        list[Path] | None,
+        typer.Option(help="Unstripped clip per input clip (same order): report accuracy."),
+    ] = None,
     view: Annotated[int | None, typer.Option(help="View of a multi-view clip to use.")] = None,
     headings: Annotated[int, typer.Option(min=1, help="Heading hypotheses.")] = 8,
     iters: Annotated[int, typer.Option(min=0, help="Joint Adam iterations on all frames.")] = 100,
-    threads: Annotated[int, typer.Option(min=0, help="Torch threads; 0 = torch's default.")] = 0,
+    threads: Annotated[
+        int,
+        typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md)."),
+    ] = 1,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_out: JsonOption = None,
 ) -> None:
@@ -79,17 +98,25 @@ def preprocess_cmd(
     from mimic2dm.preprocess.report import accuracy
 
     if character not in CHARACTERS:
-        raise typer.BadParameter(f"{character!r} is not one of {', '.join(CHARACTERS.names())}", param_hint="--character")
+        raise typer.BadParameter(
+            f"{character!r} is not one of {', '.join(CHARACTERS.names())}", param_hint="--character"
+        )
     if camera not in CAMERA_KINDS:
-        raise typer.BadParameter(f"{camera!r} is not one of {', '.join(CAMERA_KINDS)}", param_hint="--camera")
+        raise typer.BadParameter(
+            f"{camera!r} is not one of {', '.join(CAMERA_KINDS)}", param_hint="--camera"
+        )
     if focal is not None and not focal > 0:
         raise typer.BadParameter("must be > 0 (pixels)", param_hint="--focal")
     if gt and len(gt) != len(clips):
-        raise typer.BadParameter(f"{len(gt)} --gt file(s) for {len(clips)} clip(s): give one per clip", param_hint="--gt")
+        raise typer.BadParameter(
+            f"{len(gt)} --gt file(s) for {len(clips)} clip(s): give one per clip", param_hint="--gt"
+        )
     if threads:
         torch.set_num_threads(threads)
     spec = load_character(character)
-    cfg = PreprocessConfig(camera=camera, focal=focal, refine_focal=refine_focal, headings=headings, iters=iters)
+    cfg = PreprocessConfig(
+        camera=camera, focal=focal, refine_focal=refine_focal, headings=headings, iters=iters
+    )
     inputs = []
     for i, path in enumerate(clips):  # validate everything before the first long fit
         try:
@@ -98,11 +125,17 @@ def preprocess_cmd(
         except MotionFormatError as e:
             _fail(str(e))
         if m.keypoint_set != spec.keypoint_set:
-            _fail(f"{path}: field 'keypoint_set' is {m.keypoint_set!r}, expected {spec.keypoint_set!r} for --character {character}")
+            _fail(
+                f"{path}: field 'keypoint_set' is {m.keypoint_set!r}, expected {spec.keypoint_set!r} for --character {character}"
+            )
         if m.num_frames < 3:
-            _fail(f"{path}: field 'keypoints' has {m.num_frames} frame(s), expected >= 3 to preprocess")
+            _fail(
+                f"{path}: field 'keypoints' has {m.num_frames} frame(s), expected >= 3 to preprocess"
+            )
         if not m.mask().any():
-            _fail(f"{path}: field 'confidence' masks every keypoint, expected some observed keypoints")
+            _fail(
+                f"{path}: field 'confidence' masks every keypoint, expected some observed keypoints"
+            )
         if g is not None:
             _check_gt(g, gt[i], m, path)
             g = g.view(view or 0)
@@ -114,10 +147,15 @@ def preprocess_cmd(
             task = bar.add_task(path.name, total=None)
             fit = fit_clip(spec, m.keypoints[0], m.confidence[0], m.mask()[0], m.fps, m.image_size, cfg,
                            progress=lambda n, total, task=task: bar.update(task, advance=n, total=total))  # fmt: skip
-            meta = {k: v for k, v in fit.info.items() if k != "config"} | {"config": fit.info["config"], "input": str(path)}
+            meta = {k: v for k, v in fit.info.items() if k != "config"} | {
+                "config": fit.info["config"],
+                "input": str(path),
+            }
             clip_out, m3_out = out / f"{path.stem}.npz", out / f"{path.stem}_motion3d.npz"
             save_motion2d(preprocessed_clip(m, fit, character, meta), clip_out)
-            save_motion3d(fit_motion3d(fit, character, m.keypoint_set, m.fps, {"input": str(path)}), m3_out)
+            save_motion3d(
+                fit_motion3d(fit, character, m.keypoint_set, m.fps, {"input": str(path)}), m3_out
+            )
             row = {"clip": str(path), "out": str(clip_out), "motion3d": str(m3_out), "frames": m.num_frames,
                    "seconds": fit.info["seconds"], "frames_per_s": m.num_frames / fit.info["seconds"],
                    "heading_deg": fit.info["heading_deg"], "focal_px": fit.info["focal"]}  # fmt: skip
@@ -135,7 +173,9 @@ def _table(rows: list[dict[str, Any]]) -> Table:
     for c in cols:
         table.add_column(c, overflow="fold")
     for r in rows:
-        table.add_row(*(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in cols))
+        table.add_row(
+            *(f"{r[c]:.3g}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in cols)
+        )
     return table
 
 

@@ -31,7 +31,9 @@ def strip_clip(m: Motion2D, source: str | None = None) -> Motion2D:
 
     ``meta`` gains ``stripped_from`` (``source``) and loses nothing else.
     """
-    kw: dict[str, Any] = {f.name: getattr(m, f.name) for f in fields(Motion2D) if f.name in VIDEO_FIELDS}
+    kw: dict[str, Any] = {
+        f.name: getattr(m, f.name) for f in fields(Motion2D) if f.name in VIDEO_FIELDS
+    }
     kw["labels"] = dict(m.labels)
     kw["meta"] = {**m.meta, "stripped_from": source or "<memory>"}
     return Motion2D(**kw)
@@ -61,7 +63,9 @@ def preprocessed_clip(m: Motion2D, fit, character: str, meta: dict[str, Any]) ->
     return out
 
 
-def fit_motion3d(fit, character: str, keypoint_set: str, fps: float, meta: dict[str, Any]) -> Motion3D:
+def fit_motion3d(
+    fit, character: str, keypoint_set: str, fps: float, meta: dict[str, Any]
+) -> Motion3D:
     """The estimated motion as a 3D reference (joint angles, root, keypoints)."""
     return Motion3D(
         character=character, fps=fps, root_pos=fit.root_pos, root_quat=fit.root_quat,

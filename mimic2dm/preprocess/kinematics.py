@@ -57,7 +57,9 @@ def contact_points(spec: CharacterSpec) -> tuple[list[int], np.ndarray, np.ndarr
             offs.append(pts)
             radii += [r] * len(pts)
     if not bodies:
-        raise ValueError(f"{spec.name}: no box/sphere/capsule geom on contact bodies {spec.contact_bodies}")
+        raise ValueError(
+            f"{spec.name}: no box/sphere/capsule geom on contact bodies {spec.contact_bodies}"
+        )
     return bodies, np.concatenate(offs), np.array(radii)
 
 
@@ -94,7 +96,9 @@ class CharacterModel:
         for d in range(1, max(depth) + 1):
             ids = [b for b in range(B) if depth[b] == d]
             above = [b for b in range(B) if depth[b] == d - 1]
-            self._levels.append((torch.as_tensor(ids), torch.as_tensor([above.index(tree.parents[b]) for b in ids])))
+            self._levels.append(
+                (torch.as_tensor(ids), torch.as_tensor([above.index(tree.parents[b]) for b in ids]))
+            )
         order = [0] + [b for ids, _ in self._levels for b in ids.tolist()]
         self._unpermute = torch.as_tensor(np.argsort(order))
         names = list(tree.body_names)
@@ -106,7 +110,9 @@ class CharacterModel:
         self._cache: dict[torch.dtype, dict[str, torch.Tensor]] = {}
         self._axes = as_t(axes)
         self._dof_body = torch.as_tensor(list(tree.dof_body))
-        self._dof_slot = torch.as_tensor([int(np.flatnonzero(table[b] == j)[0]) for j, b in enumerate(tree.dof_body)])
+        self._dof_slot = torch.as_tensor(
+            [int(np.flatnonzero(table[b] == j)[0]) for j, b in enumerate(tree.dof_body)]
+        )
         # hinge j moves a point on body b iff j's body is b or one of its ancestors
         below = np.zeros((J, B), dtype=bool)
         for j, b in enumerate(tree.dof_body):
@@ -120,7 +126,9 @@ class CharacterModel:
 
     def clamp(self, dof_pos: torch.Tensor) -> torch.Tensor:
         """Joint angles ``[..., J]`` projected onto the limits."""
-        return torch.maximum(torch.minimum(dof_pos, self.upper.to(dof_pos.dtype)), self.lower.to(dof_pos.dtype))
+        return torch.maximum(
+            torch.minimum(dof_pos, self.upper.to(dof_pos.dtype)), self.lower.to(dof_pos.dtype)
+        )
 
     def _consts(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """The model's float constants in ``dtype`` (cached)."""
@@ -129,12 +137,20 @@ class CharacterModel:
             self._cache[dtype] = {n: getattr(self, n).to(dtype) for n in names}
         return self._cache[dtype]
 
-    def bodies(self, root_pos: torch.Tensor, root_quat: torch.Tensor, dof_pos: torch.Tensor, with_axes: bool = False):
+    def bodies(
+        self,
+        root_pos: torch.Tensor,
+        root_quat: torch.Tensor,
+        dof_pos: torch.Tensor,
+        with_axes: bool = False,
+    ):
         """Body frames: ``(pos [..., B, 3], rot [..., B, 3, 3])`` (root_quat xyzw, any norm > 0),
         plus the hinges' world axes ``[..., J, 3]`` when ``with_axes``."""
         k = self._consts(dof_pos.dtype)
         s, c = torch.sin(dof_pos)[..., None, None], torch.cos(dof_pos)[..., None, None]
-        hinge = torch.eye(3, dtype=dof_pos.dtype) + s * k["_K"] + (1 - c) * k["_K2"]  # [..., J, 3, 3]
+        hinge = (
+            torch.eye(3, dtype=dof_pos.dtype) + s * k["_K"] + (1 - c) * k["_K2"]
+        )  # [..., J, 3, 3]
         eye = torch.eye(3, dtype=dof_pos.dtype).expand(*hinge.shape[:-3], 1, 3, 3)
         hinge = torch.cat([hinge, eye], dim=-3)
         local = hinge[..., self._slots[:, 0], :, :]
@@ -158,7 +174,9 @@ class CharacterModel:
     def _world_axes(self, hinge: torch.Tensor, rot: torch.Tensor, k: dict) -> torch.Tensor:
         """World axes ``[..., J, 3]`` of every hinge: ``R_body (H_{m+1} ... H_last)^T a_j`` for
         hinge ``j`` in slot ``m`` of its body (the hinges after it turn the body frame further)."""
-        after = torch.eye(3, dtype=hinge.dtype).expand(*hinge.shape[:-3], len(self.spec.body_names), 3, 3)
+        after = torch.eye(3, dtype=hinge.dtype).expand(
+            *hinge.shape[:-3], len(self.spec.body_names), 3, 3
+        )
         suffix = [None] * self._slots.shape[1]
         for m in range(self._slots.shape[1] - 1, -1, -1):
             suffix[m] = after

@@ -26,7 +26,9 @@ def _point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
     N, Q, _ = points.shape
     eye = torch.eye(3, dtype=points.dtype).expand(N, Q, 3, 3)
     rel = points - pos[:, None]
-    d_rot = torch.cross(root_rot.transpose(1, 2)[:, None], rel[:, :, None].expand(N, Q, 3, 3), dim=-1)  # [N, Q, i, 3]
+    d_rot = torch.cross(
+        root_rot.transpose(1, 2)[:, None], rel[:, :, None].expand(N, Q, 3, 3), dim=-1
+    )  # [N, Q, i, 3]
     d_dof = torch.cross(axes[:, None], points[:, :, None] - pivots[:, None], dim=-1)  # [N, Q, J, 3]
     d_dof = d_dof * below.T[None, :, :, None].to(points.dtype)
     return torch.cat([eye, d_rot.transpose(2, 3), d_dof.transpose(2, 3)], dim=-1)
@@ -47,11 +49,19 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     uv = X[..., :2] / z * k[:, None, :2] + k[:, None, 2:]
     scale = (sw / sigma)[..., None]
     r_uv = ((uv - obs) * scale).flatten(-2)
-    up = rot.quat_rotate(quat, torch.tensor([0.0, 0.0, 1.0], dtype=p.dtype).expand(quat.shape[:-1] + (3,)))
+    up = rot.quat_rotate(
+        quat, torch.tensor([0.0, 0.0, 1.0], dtype=p.dtype).expand(quat.shape[:-1] + (3,))
+    )
     c_up, c_prior = (w["upright"] / 2) ** 0.5, (w["prior"] / J) ** 0.5
-    c_ground, c_time = (w["ground"] / contact.shape[-2]) ** 0.5 / 0.01, (w["temporal"] / J) ** 0.5 / 0.1
+    c_ground, c_time = (
+        (w["ground"] / contact.shape[-2]) ** 0.5 / 0.01,
+        (w["temporal"] / J) ** 0.5 / 0.1,
+    )
     cz = contact[..., 2] - model.contact_radius.to(p.dtype)
-    r = torch.cat([r_uv, c_up * up[..., :2], c_prior * dof, c_ground * torch.relu(-cz), c_time * (dof - nb)], -1)
+    r = torch.cat(
+        [r_uv, c_up * up[..., :2], c_prior * dof, c_ground * torch.relu(-cz), c_time * (dof - nb)],
+        -1,
+    )
     if not jacobian:
         return r
     N, P = p.shape
@@ -60,10 +70,17 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     D = f * (R[:, None, :2, :] - (X[..., :2] / z)[..., None] * R[:, None, 2:3, :])  # [N, K, 2, 3]
     J_uv = (scale[..., None] * (D @ G)).flatten(1, 2)
     J_up = torch.zeros(N, 2, P, dtype=p.dtype)
-    J_up[:, :, 3:6] = c_up * torch.cross(root_rot.transpose(1, 2), up[:, None].expand(N, 3, 3), dim=-1).transpose(1, 2)[:, :2]
+    J_up[:, :, 3:6] = (
+        c_up
+        * torch.cross(root_rot.transpose(1, 2), up[:, None].expand(N, 3, 3), dim=-1).transpose(
+            1, 2
+        )[:, :2]
+    )
     eyeJ = torch.eye(J, dtype=p.dtype).expand(N, J, J)
     J_prior = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_prior * eyeJ], -1)
-    Gc = _point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[:, :, 2]  # [N, C, P]
+    Gc = _point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[
+        :, :, 2
+    ]  # [N, C, P]
     J_ground = -c_ground * (cz < 0).to(p.dtype)[..., None] * Gc
     J_time = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_time * eyeJ], -1)
     return r, torch.cat([J_uv, J_up, J_prior, J_ground, J_time], dim=1)
@@ -106,7 +123,9 @@ def fit_poses(
     R, t, k = (c.to(dt) for c in cams)
     lo, hi = model.lower.to(dt), model.upper.to(dt)
     q0 = rot.quat_normalize(root_quat.to(dt))
-    p = torch.cat([root_pos.to(dt), torch.zeros_like(root_pos, dtype=dt), dof_pos.to(dt).clamp(lo, hi)], -1)
+    p = torch.cat(
+        [root_pos.to(dt), torch.zeros_like(root_pos, dtype=dt), dof_pos.to(dt).clamp(lo, hi)], -1
+    )
     N, P = p.shape
     lam = torch.full((N,), 1e-2, dtype=dt)
 

@@ -12,7 +12,11 @@ import torch
 
 
 def robust_reprojection(
-    uv: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, sigma_px: float, delta: float = 2.0
+    uv: torch.Tensor,
+    target: torch.Tensor,
+    weight: torch.Tensor,
+    sigma_px: float,
+    delta: float = 2.0,
 ) -> torch.Tensor:
     """Confidence-weighted pseudo-Huber reprojection loss ``[H]``.
 
@@ -28,21 +32,31 @@ def robust_reprojection(
     return (rho * weight).sum((-1, -2)) / weight.sum().clamp_min(1e-6)
 
 
-def ground_penetration(kp_z: torch.Tensor, contact_z: torch.Tensor, scale: float = 0.01) -> torch.Tensor:
+def ground_penetration(
+    kp_z: torch.Tensor, contact_z: torch.Tensor, scale: float = 0.01
+) -> torch.Tensor:
     """``[H]``: squared depth below the ground of keypoints ``[H, T, K]`` and contact
     surfaces ``[H, T, C]`` (heights already minus their radius), per ``scale`` metres."""
     pen = torch.relu(-kp_z).square().mean((-1, -2)) + torch.relu(-contact_z).square().mean((-1, -2))
     return pen / scale**2
 
 
-def lowest_contact(contact_z: torch.Tensor, scale: float = 0.05, temperature: float = 0.01) -> torch.Tensor:
+def lowest_contact(
+    contact_z: torch.Tensor, scale: float = 0.05, temperature: float = 0.01
+) -> torch.Tensor:
     """``[H]``: the lowest foot near the ground: soft minimum over contact surfaces
     ``[H, T, C]`` per frame, squared per ``scale`` metres (kept weak: people jump)."""
     low = -temperature * torch.logsumexp(-contact_z / temperature, dim=-1)
     return (low / scale).square().mean(-1)
 
 
-def foot_skate(contact: torch.Tensor, radius: torch.Tensor, fps: float, speed: float = 0.2, height: float = 0.03):
+def foot_skate(
+    contact: torch.Tensor,
+    radius: torch.Tensor,
+    fps: float,
+    speed: float = 0.2,
+    height: float = 0.03,
+):
     """``[H]``: horizontal speed of contact points ``[H, T, C, 3]`` near the ground (a foot
     on the ground does not slide), per ``speed`` m/s, weighted by ``exp(-h / height)``."""
     if contact.shape[1] < 2:

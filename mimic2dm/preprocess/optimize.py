@@ -3,12 +3,12 @@
 Two stages, batched over frames and hypotheses in torch:
 
 1. hypotheses, on at most ``hypothesis_frames`` evenly spaced frames: for every heading
-   (:func:`~mimic2dm.preprocess.camera_init.heading_hypotheses`), Adam fits the camera and
-   the root with the body in its default pose and upright (turning about the vertical
-   only: the camera's pitch and roll then account for the view, instead of a tilted
-   body in front of a level camera); Levenberg-Marquardt then fits each frame's pose
-   through that camera (:mod:`mimic2dm.preprocess.lm`) and a short joint Adam run adds
-   the temporal terms. The hypothesis with the lowest loss is kept;
+   (:func:`~mimic2dm.preprocess.camera_init.heading_hypotheses`), Levenberg-Marquardt fits
+   each frame's pose through a level camera (:mod:`mimic2dm.preprocess.lm`); the world is
+   then levelled on the plane of the feet's lowest points (:meth:`_Problem.level_`, which
+   gives the camera's pitch, roll and height); Levenberg-Marquardt again with the upright
+   and ground priors, and a short joint Adam run with the full loss. The hypothesis with
+   the lowest loss is kept;
 2. refinement on every frame: the kept hypothesis is interpolated in time, every
    pose refitted by Levenberg-Marquardt, then Adam polishes camera (focal included
    when ``refine_focal``) and motion jointly.
@@ -69,7 +69,9 @@ class PreprocessConfig:
     w_limits: float = 10.0
     w_focal_prior: float = 0.1  # on log(f / f0)
     w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
-    w_camera_smooth: float = 0.05  # dynamic cameras: angular (rad/s^2 / 5) and linear (m/s^2 / 2) accelerations
+    w_camera_smooth: float = (
+        0.05  # dynamic cameras: angular (rad/s^2 / 5) and linear (m/s^2 / 2) accelerations
+    )
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -77,8 +79,15 @@ class PreprocessConfig:
             raise ValueError(f"camera {self.camera!r} is not one of {', '.join(CAMERA_KINDS)}")
         if self.focal is not None and not (math.isfinite(self.focal) and self.focal > 0):
             raise ValueError(f"focal must be a finite number of pixels > 0, got {self.focal}")
-        if self.headings < 1 or self.iters < 0 or self.hypothesis_iters < 0 or self.hypothesis_frames < 2:
-            raise ValueError("headings >= 1, iters >= 0, hypothesis_iters >= 0, hypothesis_frames >= 2 required")
+        if (
+            self.headings < 1
+            or self.iters < 0
+            or self.hypothesis_iters < 0
+            or self.hypothesis_frames < 2
+        ):
+            raise ValueError(
+                "headings >= 1, iters >= 0, hypothesis_iters >= 0, hypothesis_frames >= 2 required"
+            )
 
 
 @dataclass
@@ -122,14 +131,18 @@ class _Problem:
         """``R [H, F, 3, 3]``, ``t [H, F, 3]``, intrinsics ``[H, F, 4]``."""
         v = self.v
         pitch, roll, yaw = v["pitch"][:, None], v["roll"][:, None], None
-        centre = torch.stack([torch.zeros_like(v["height"]), torch.zeros_like(v["height"]), v["height"]], -1)[:, None]
+        centre = torch.stack(
+            [torch.zeros_like(v["height"]), torch.zeros_like(v["height"]), v["height"]], -1
+        )[:, None]
         if self.cfg.camera == "dynamic":
             pitch, roll, yaw = pitch + v["d_pitch"], roll + v["d_roll"], v["d_yaw"]
             centre = centre + v["d_pos"]
         R = ci.camera_rotation(pitch, roll, yaw)
         t = -(R @ centre[..., None])[..., 0]
         f = self.focal0 * torch.exp(v["log_focal"])[:, None]
-        k = torch.stack([f, f, torch.full_like(f, self.width / 2), torch.full_like(f, self.height / 2)], -1)
+        k = torch.stack(
+            [f, f, torch.full_like(f, self.width / 2), torch.full_like(f, self.height / 2)], -1
+        )
         return R, t, k
 
     # ---------------------------------------------------------------- loss
@@ -155,9 +168,12 @@ class _Problem:
         }
         if cfg.camera == "dynamic":
             ang = torch.stack([v["d_yaw"], v["d_pitch"], v["d_roll"]], -1)
-            terms["camera"] = cfg.w_camera_motion * v["d_pos"].square().sum(-1).mean(-1) + cfg.w_camera_smooth * (
-                L.smoothness(ang, self.fps, 5.0) + L.smoothness(v["d_pos"], self.fps, 2.0)
-            ) + 10.0 * (ang[:, 0].square().sum(-1) + v["d_pos"][:, 0].square().sum(-1))
+            terms["camera"] = (
+                cfg.w_camera_motion * v["d_pos"].square().sum(-1).mean(-1)
+                + cfg.w_camera_smooth
+                * (L.smoothness(ang, self.fps, 5.0) + L.smoothness(v["d_pos"], self.fps, 2.0))
+                + 10.0 * (ang[:, 0].square().sum(-1) + v["d_pos"][:, 0].square().sum(-1))
+            )
         return sum(terms.values()), terms
 
     def project_(self, upright: bool = False) -> None:
@@ -174,7 +190,9 @@ class _Problem:
             v["log_focal"].clamp_(-1.0, 1.0)
 
     # ---------------------------------------------------------------- loop
-    def run(self, iters: int, rigid: int, focal: bool, progress=None, lr: float | None = None) -> torch.Tensor:
+    def run(
+        self, iters: int, rigid: int, focal: bool, progress=None, lr: float | None = None
+    ) -> torch.Tensor:
         """Adam for ``iters`` steps (joint angles frozen for the first ``rigid``); final loss ``[H]``."""
         lr = lr or self.cfg.lr
         groups = [
@@ -186,7 +204,12 @@ class _Problem:
         if focal:
             groups.append({"params": [self.v["log_focal"]], "lr": 0.3 * lr})
         if self.cfg.camera == "dynamic":
-            groups.append({"params": [self.v[n] for n in ("d_yaw", "d_pitch", "d_roll", "d_pos")], "lr": 0.5 * lr})
+            groups.append(
+                {
+                    "params": [self.v[n] for n in ("d_yaw", "d_pitch", "d_roll", "d_pos")],
+                    "lr": 0.5 * lr,
+                }
+            )
         for g in groups:
             for p in g["params"]:
                 p.requires_grad_(True)
@@ -209,18 +232,27 @@ class _Problem:
             total, _ = self.loss()
         return total
 
-
     def fit_poses(self, iters: int, progress=None, free: bool = False) -> None:
         """Levenberg-Marquardt on every frame's pose through the current cameras;
         ``free``: without the upright prior and the ground (the camera is not levelled yet)."""
         v, cfg = self.v, self.cfg
         H, T = v["root_pos"].shape[:2]
         with torch.no_grad():
-            R, t, k = (x.expand(H, T, *x.shape[2:]).reshape(H * T, *x.shape[2:]) for x in self.cameras())
-        weights = {"upright": cfg.w_upright, "prior": cfg.w_prior, "ground": cfg.w_ground, "temporal": cfg.w_temporal}
+            R, t, k = (
+                x.expand(H, T, *x.shape[2:]).reshape(H * T, *x.shape[2:]) for x in self.cameras()
+            )
+        weights = {
+            "upright": cfg.w_upright,
+            "prior": cfg.w_prior,
+            "ground": cfg.w_ground,
+            "temporal": cfg.w_temporal,
+        }
         if free:
             weights |= {"upright": 0.0, "ground": 0.0}
-        obs, w = self.uv.expand(H, *self.uv.shape).reshape(H * T, -1, 2), self.weight.expand(H, *self.weight.shape).reshape(H * T, -1)
+        obs, w = (
+            self.uv.expand(H, *self.uv.shape).reshape(H * T, -1, 2),
+            self.weight.expand(H, *self.weight.shape).reshape(H * T, -1),
+        )
         pos, quat, dof = fit_poses(
             self.model, obs, w, (R, t, k), v["root_pos"].detach().reshape(H * T, 3),
             v["root_quat"].detach().reshape(H * T, 4), v["dof_pos"].detach().reshape(H * T, -1),
@@ -255,15 +287,21 @@ class _Problem:
         with torch.no_grad():
             H = v["root_pos"].shape[0]
             q = rot.quat_normalize(v["root_quat"])
-            body_up = rot.quat_rotate(q, torch.tensor([0.0, 0.0, 1.0]).expand(q.shape[:-1] + (3,))).mean(1)
+            body_up = rot.quat_rotate(
+                q, torch.tensor([0.0, 0.0, 1.0]).expand(q.shape[:-1] + (3,))
+            ).mean(1)
             up = self._ground_normal(body_up / body_up.norm(dim=-1, keepdim=True))
             z = torch.tensor([0.0, 0.0, 1.0]).expand(H, 3)
             axis = torch.cross(up, z, dim=-1)
             angle = torch.atan2(axis.norm(dim=-1), (up * z).sum(-1))
-            Q = rot.quat_from_axis_angle(axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-9), angle)
+            Q = rot.quat_from_axis_angle(
+                axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-9), angle
+            )
             R = self.cameras()[0][:, 0]
             fwd = (R @ rot.quat_to_matrix(Q).transpose(-1, -2))[:, 2]
-            Qt = rot.quat_mul(rot.quat_from_axis_angle(z, -torch.atan2(fwd[:, 1], fwd[:, 0])), Q)  # camera yaw 0
+            Qt = rot.quat_mul(
+                rot.quat_from_axis_angle(z, -torch.atan2(fwd[:, 1], fwd[:, 0])), Q
+            )  # camera yaw 0
             c = torch.stack([torch.zeros(H), torch.zeros(H), v["height"]], -1)[:, None]
             v["root_pos"].copy_(rot.quat_rotate(Qt[:, None], v["root_pos"] - c) + c)
             v["root_quat"].copy_(rot.quat_mul(Qt[:, None].expand_as(q), q))
@@ -340,7 +378,9 @@ def _init_variables(model, spec, kset, uv, mask, fps, size, focal0, cfg, heading
         "log_focal": torch.zeros(H),
     }
     if cfg.camera == "dynamic":
-        v |= {n: torch.zeros(H, T) for n in ("d_yaw", "d_pitch", "d_roll")} | {"d_pos": torch.zeros(H, T, 3)}
+        v |= {n: torch.zeros(H, T) for n in ("d_yaw", "d_pitch", "d_roll")} | {
+            "d_pos": torch.zeros(H, T, 3)
+        }
     return v
 
 
@@ -381,11 +421,16 @@ def fit_clip(
     total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
     tick = (lambda: progress(1, total_iters)) if progress else None
     v_all = _init_variables(model, spec, kset, uv, mask_t, fps, image_size, focal0, cfg, headings)
-    info: dict[str, Any] = {"focal_init": focal0, "headings_deg": [round(math.degrees(h) % 360, 1) for h in headings]}
-    # stage 1: every hypothesis on a subset of frames: rigid camera + root fit, then poses
+    info: dict[str, Any] = {
+        "focal_init": focal0,
+        "headings_deg": [round(math.degrees(h) % 360, 1) for h in headings],
+    }
+    # stage 1: every hypothesis on a subset of frames: poses, levelling, poses, joint polish
     sub_fps = fps * (len(sub) - 1) / max(T - 1, 1)
     prob = _Problem(model, cfg, uv[sub], weight[sub], sub_fps, image_size, focal0)
-    prob.v = {n: (x[:, sub] if x.ndim >= 2 and x.shape[1] == T else x).clone() for n, x in v_all.items()}
+    prob.v = {
+        n: (x[:, sub] if x.ndim >= 2 and x.shape[1] == T else x).clone() for n, x in v_all.items()
+    }
     prob.fit_poses(cfg.lm_iters, tick, free=True)
     prob.level_()
     prob.fit_poses(cfg.lm_iters, tick)

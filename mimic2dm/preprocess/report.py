@@ -89,8 +89,14 @@ def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict
     T = clip.num_frames
     kset = load_keypoint_set(clip.keypoint_set)
     e3, g3 = est.est_keypoints3d.astype(np.float64), gt.keypoints3d.astype(np.float64)
-    Re, te, ke = (_per_frame(x[0].astype(np.float64), T) for x in (est.camera_R, est.camera_t, est.camera_intrinsics))
-    Rg, tg, kg = (_per_frame(x[view].astype(np.float64), T) for x in (gt.camera_R, gt.camera_t, gt.camera_intrinsics))
+    Re, te, ke = (
+        _per_frame(x[0].astype(np.float64), T)
+        for x in (est.camera_R, est.camera_t, est.camera_intrinsics)
+    )
+    Rg, tg, kg = (
+        _per_frame(x[view].astype(np.float64), T)
+        for x in (gt.camera_R, gt.camera_t, gt.camera_intrinsics)
+    )
     mask = clip.mask()[0]
     uv = _project(Re, te, ke, e3)
     err = np.linalg.norm(uv - np.nan_to_num(clip.keypoints[0]), axis=-1)

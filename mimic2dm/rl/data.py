@@ -4,10 +4,12 @@ Each entry of ``data.clips`` names a ``file``; when it is absent and the entry h
 ``make`` recipe, the file is written first:
 
 - ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
-  (:func:`mimic2dm.motion.demo.make_demo_clip`);
+  (:func:`mimic2dm.characters.demo_clip.make_demo_clip`);
 - ``{kind: synth, mocap, views, camera, seed, fps[, loops | seconds]}``: a 3D mocap clip
   (its gait cycle looped ``loops`` times or to ``seconds``) projected through virtual
   cameras (what ``mimic2dm data synth`` does);
+- ``{kind: dribble, mocap, views, camera, seed, seconds}``: a synthetic dribble (a looped
+  run or walk with a simulated ball; what ``mimic2dm data dribble`` does);
 - ``{kind: aist, anno_dir, split, one_random_view, seed}``: a folder ``file`` with one
   clip per sequence of an AIST++ split (``mimic2dm data import-aist --split``).
   A folder entry stands for the ``*.npz`` clips in it.
@@ -28,7 +30,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _make_demo(out: Path, recipe: Mapping) -> None:
-    from mimic2dm.motion.demo import make_demo_clip
+    from mimic2dm.characters.demo_clip import make_demo_clip
     from mimic2dm.motion.format import save_motion2d
 
     _, m2 = make_demo_clip(seconds=float(recipe.get("seconds", 4.0)), fps=float(recipe.get("fps", 30.0)),
@@ -37,8 +39,8 @@ def _make_demo(out: Path, recipe: Mapping) -> None:
 
 
 def _make_synth(out: Path, recipe: Mapping) -> None:
+    from mimic2dm.characters.clips import load_mocap_keypoints
     from mimic2dm.motion.format import save_motion2d
-    from mimic2dm.motion.loaders import load_mocap_keypoints
     from mimic2dm.motion.synth import resample, synthesize_views
 
     src = Path(str(recipe["mocap"]))
@@ -65,7 +67,23 @@ def _make_aist(out: Path, recipe: Mapping) -> None:
     import_split(str(recipe["anno_dir"]), str(recipe.get("split", "train")), out, one_view_seed=seed)
 
 
-MAKERS = {"demo": _make_demo, "synth": _make_synth, "aist": _make_aist}
+def _make_dribble(out: Path, recipe: Mapping) -> None:
+    import click
+
+    from mimic2dm.motion.cli import (
+        dribble,  # the `mimic2dm data dribble` command, called as a function
+    )
+
+    src = Path(str(recipe["mocap"]))
+    try:
+        dribble(src if src.is_absolute() else PROJECT_ROOT / src, out, views=int(recipe.get("views", 1)),
+                seed=int(recipe.get("seed", 0)), seconds=float(recipe.get("seconds", 10.0)),
+                camera=str(recipe.get("camera", "tracking")))  # fmt: skip
+    except (click.exceptions.Exit, click.BadParameter) as e:  # the command printed why
+        raise ValueError(f"data: make.kind dribble failed for {src} ({e})") from None
+
+
+MAKERS = {"demo": _make_demo, "synth": _make_synth, "aist": _make_aist, "dribble": _make_dribble}
 
 
 def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:

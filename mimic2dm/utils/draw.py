@@ -1,4 +1,8 @@
-"""Drawing 2D keypoints for previews and overlays (Pillow, no GUI)."""
+"""Drawing 2D keypoints for previews and overlays (Pillow, no GUI).
+
+Skeletons come in as bone lists (``KeypointSet.edges``), not keypoint sets: ``utils`` sits
+below ``motion`` (docs/layout.md).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,6 @@ from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image, ImageDraw
-
-from mimic2dm.motion.keypoint_sets import KeypointSet
 
 REF_COLOR = (40, 160, 255)
 SIM_COLOR = (255, 90, 40)
@@ -18,15 +20,16 @@ def draw_skeleton(
     draw: ImageDraw.ImageDraw,
     kp: np.ndarray,
     mask: np.ndarray,
-    kset: KeypointSet,
+    edges: Sequence[tuple[int, int]],
     color: tuple[int, int, int],
     scale: float = 1.0,
     offset: tuple[float, float] = (0.0, 0.0),
     width: int = 3,
 ) -> None:
-    """Draw one pose ``kp [K, 2]`` (pixels) with visibility ``mask [K]`` onto ``draw``."""
+    """Draw one pose ``kp [K, 2]`` (pixels) with visibility ``mask [K]`` and bones ``edges``
+    (pairs of keypoint indices) onto ``draw``."""
     pts = kp * scale + np.asarray(offset)
-    for a, b in kset.edges:
+    for a, b in edges:
         if mask[a] and mask[b]:
             draw.line([tuple(pts[a]), tuple(pts[b])], fill=color, width=width)
     r = max(2, width)
@@ -39,7 +42,7 @@ def overlay_grid(
     ref: np.ndarray,
     sim: np.ndarray | None,
     mask: np.ndarray,
-    kset: KeypointSet,
+    edges: Sequence[tuple[int, int]],
     image_size: tuple[int, int],
     frames: Sequence[int],
     tile_height: int = 270,
@@ -50,6 +53,7 @@ def overlay_grid(
     Args:
         ref: ``[T, K, 2]`` reference pixels; ``sim``: the same for the character or None.
         mask: ``[T, K]`` visible reference keypoints.
+        edges: bones as keypoint index pairs (``KeypointSet.edges``).
         image_size: ``(width, height)`` of the pixel space.
         frames: frame indices to draw.
 
@@ -64,9 +68,9 @@ def overlay_grid(
     for i, t in enumerate(frames):
         off = (i * tw, 0)
         d.rectangle([off[0], 0, off[0] + tw - 1, tile_height - 1], outline=(200, 200, 200))
-        draw_skeleton(d, ref[t], mask[t], kset, REF_COLOR, s, off, width=2)
+        draw_skeleton(d, ref[t], mask[t], edges, REF_COLOR, s, off, width=2)
         if sim is not None:
-            draw_skeleton(d, sim[t], np.ones(sim.shape[1], bool), kset, SIM_COLOR, s, off, width=2)
+            draw_skeleton(d, sim[t], np.ones(sim.shape[1], bool), edges, SIM_COLOR, s, off, width=2)
         d.text((off[0] + 5, 5), f"frame {t}", fill=(0, 0, 0))
     entries = [("reference (2D keypoints)", REF_COLOR)]
     if sim is not None:

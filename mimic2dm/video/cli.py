@@ -177,7 +177,7 @@ def extract(
     pose_model: Annotated[
         str | None,
         typer.Option(
-            help="Registry name, folder or model id (default: vitpose-b for humanoid, vitpose-plus-b-ap10k for dog)."
+            help="Registry name, folder or model id (default: the character's CharacterSpec.pose_model: vitpose-b for humanoid, vitpose-plus-b-ap10k for dog)."
         ),
     ] = None,
     detector: Annotated[
@@ -234,20 +234,17 @@ def extract(
     ] = 0,
 ) -> None:
     """Extract 2D keypoints (and the ball) from videos into one 2D-motion file per clip."""
+    from mimic2dm.characters.registry import CHARACTERS, load_character
     from mimic2dm.video.detector import DETECTORS, load_detector
     from mimic2dm.video.hub import check_available
-    from mimic2dm.video.pipeline import CHARACTERS, ExtractOptions, check_names, extract_videos
-    from mimic2dm.video.pose import (
-        DEFAULT_POSE_MODEL,
-        POSE_MODELS,
-        ModelLoadError,
-        load_pose_estimator,
-    )
+    from mimic2dm.video.pipeline import ExtractOptions, check_names, extract_videos
+    from mimic2dm.video.pose import POSE_MODELS, ModelLoadError, load_pose_estimator
 
     if character not in CHARACTERS:
         raise typer.BadParameter(
-            f"{character!r} is not one of {', '.join(CHARACTERS)}", param_hint="--character"
+            f"{character!r} is not one of {', '.join(CHARACTERS.names())}", param_hint="--character"
         )
+    spec = load_character(character)  # its keypoint set and default pose model
     _check_device(device)
     try:
         check_names(videos)
@@ -265,13 +262,11 @@ def extract(
     try:
         # offline and not cached: fail now, not after ~30 s of retries or another model's load
         check_available("detector", detector, DETECTORS, random_weights)
-        check_available(
-            "pose model", pose_model or DEFAULT_POSE_MODEL[character], POSE_MODELS, random_weights
-        )
+        check_available("pose model", pose_model or spec.pose_model, POSE_MODELS, random_weights)
         det = load_detector(detector, random_weights, threshold, device)
         pose = load_pose_estimator(
-            pose_model or DEFAULT_POSE_MODEL[character],
-            CHARACTERS[character][0],
+            pose_model or spec.pose_model,
+            spec.keypoint_set,
             random_weights,
             device,
         )

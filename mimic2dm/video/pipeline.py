@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from mimic2dm.characters.registry import CHARACTERS, load_character
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
     Motion2D,
@@ -46,8 +47,6 @@ from mimic2dm.video.tracking import Track, select_ball, select_track, track_boxe
 
 EXTRACT_VERSION = 1
 """Recorded in ``meta.extract_version`` of every clip written here."""
-CHARACTERS = {"humanoid": ("coco17", "person"), "dog": ("dog17", "dog")}
-"""Character -> (keypoint set, detector class of the subject)."""
 ROTATIONS = (0.0, 90.0, 180.0, 270.0)
 BALL_CLASS = "sports ball"
 MANIFEST = "manifest.json"
@@ -98,7 +97,7 @@ class ExtractOptions:
     def __post_init__(self) -> None:
         if self.character not in CHARACTERS:
             raise ValueError(
-                f"unknown character {self.character!r}; valid: {', '.join(CHARACTERS)}"
+                f"unknown character {self.character!r}; valid: {', '.join(CHARACTERS.names())}"
             )
         if self.batch < 1:
             raise ValueError(f"batch must be >= 1, got {self.batch}")
@@ -113,6 +112,12 @@ class ExtractOptions:
 DETECT_EVERY = {"cpu": 10, "cuda": 1}
 """Default ``detect_every`` per device: on a CPU the detector costs ~4 ViTPose-B crops per
 frame, so it runs on every 10th frame (1/3 s at 30 fps); on a GPU it is cheap: every frame."""
+
+
+def subject_of(character: str) -> tuple[str, str]:
+    """``(keypoint set, detector class)`` of a registered character, from its CharacterSpec."""
+    spec = load_character(character)
+    return spec.keypoint_set, spec.detector_class
 
 
 def default_detect_every(device: str | torch.device) -> int:
@@ -339,7 +344,7 @@ def extract_clip(
         VideoError: unreadable video. ExtractionError: no subject, bad track id.
     """
     info = probe_video(video)
-    kset, cls = CHARACTERS[opts.character]
+    kset, cls = subject_of(opts.character)
     if pose.keypoint_set != kset:
         raise ValueError(
             f"pose estimator predicts {pose.keypoint_set}, character {opts.character} needs {kset}"

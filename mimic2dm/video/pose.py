@@ -102,9 +102,6 @@ def _register_pose_models() -> None:
 
 _register_pose_models()
 
-DEFAULT_POSE_MODEL = {"humanoid": "vitpose-b", "dog": "vitpose-plus-b-ap10k"}
-"""Pose model used by ``mimic2dm extract`` per character when ``--pose-model`` is not given."""
-
 
 def pose_config(
     hidden_size: int,

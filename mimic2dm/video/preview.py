@@ -31,7 +31,7 @@ def draw_frame(
     d = ImageDraw.Draw(pil)
     width = max(2, int(round(img.shape[0] / 270)))
     mask = m.mask(threshold)[0, t]
-    draw_skeleton(d, np.nan_to_num(m.keypoints[0, t]), mask, kset, REF_COLOR, width=width)
+    draw_skeleton(d, np.nan_to_num(m.keypoints[0, t]), mask, kset.edges, REF_COLOR, width=width)
     if m.has_object and m.object_box is not None and m.object_confidence[0, t] > 0:
         x1, y1, x2, y2 = (float(v) for v in m.object_box[0, t])
         d.rectangle([x1, y1, x2, y2], outline=BALL_COLOR, width=width)

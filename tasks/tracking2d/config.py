@@ -22,6 +22,9 @@ class TrackingConfig:
         max_episode_steps: time-out.
         tau_term: reprojection termination: max masked error > ``tau_term`` x image height.
         fall_height: root below this (m) ends the episode.
+        fall_tilt_deg: the root's up axis leaning more than this (degrees) from vertical ends
+            the episode (``${character.fall_tilt_deg}``; 0: off). The dog needs it: rolled
+            over, its root stays above any useful height floor.
         early_termination: False: only time-outs and non-finite physics end episodes.
         action_scale: actions in [-1, 1] span ``action_scale`` x half the joint range
             around the default pose.
@@ -29,6 +32,9 @@ class TrackingConfig:
         camera_mode: ``static`` | ``tracking`` | ``dynamic`` (virtual cameras).
         camera: virtual camera sampling ranges.
         reward: term scales and sharpness; asi: adaptive state initialisation.
+        initial_state: first fill of the ASI buffers (and evaluation's start): ``auto``
+            (a clip's preprocessed states, else its 3D pose fitted by IK when it has 3D
+            keypoints, else the default pose) or ``default_pose`` (``initial.py``).
     """
 
     num_future: int = 2
@@ -36,6 +42,7 @@ class TrackingConfig:
     max_episode_steps: int = 300
     tau_term: float = 0.12
     fall_height: float = 0.3
+    fall_tilt_deg: float = 0.0
     early_termination: bool = True
     action_scale: float = 1.0
     view_mode: str = "clip"
@@ -43,6 +50,7 @@ class TrackingConfig:
     camera: VirtualCameraConfig = field(default_factory=VirtualCameraConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
+    initial_state: str = "auto"
 
     def __post_init__(self) -> None:
         from mimic2dm.geometry.virtual import CAMERA_MODES
@@ -53,8 +61,10 @@ class TrackingConfig:
         check("task.max_episode_steps", self.max_episode_steps, ge=1, integer=True)
         check("task.tau_term", self.tau_term, gt=0)
         check("task.fall_height", self.fall_height, ge=0)
+        check("task.fall_tilt_deg", self.fall_tilt_deg, ge=0, le=180)
         check("task.action_scale", self.action_scale, gt=0)
         check_choice("task.view_mode", self.view_mode, VIEW_MODES)
+        check_choice("task.initial_state", self.initial_state, ("auto", "default_pose"))
         check_choice("task.camera_mode", self.camera_mode, CAMERA_MODES)
 
 

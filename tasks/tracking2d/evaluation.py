@@ -21,6 +21,7 @@ from mimic2dm.tasks.tracking2d.source import ClipReference
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
 from mimic2dm import metrics
+from mimic2dm.characters.feet import character_feet
 from mimic2dm.engines.base import SimState
 from mimic2dm.utils.draw import overlay_grid
 from mimic2dm.utils.reporting import write_json_report
@@ -50,10 +51,43 @@ def _rollout(task: Tracking2DTask, policy, T: int):
         rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv.cpu(), ref.cpu(), mask.cpu()
         rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
         rec["state0"].append(task.engine.get_state().index(slice(0, 1)))  # rendered by render.py
+        _record_object(task, rec, t, T)
         if t < T - 1:
             with torch.no_grad():
                 task.advance(policy.act(task.observe(), deterministic=True))
     return rec
+
+
+def _record_object(task: Tracking2DTask, rec: dict, t: int, T: int) -> None:
+    """The ball at step ``t`` when the engine simulates one and the reference tracks it:
+    its projected and reference 2D centres, where the reference sees it, its 3D position and
+    the root's (for the object metrics)."""
+    track = task.source.objects(task.frame) if task.engine.num_objects else None
+    if track is None:
+        return
+    if "obj_uv" not in rec:
+        N, V = task.N, task.V
+        rec.update(obj_uv=torch.zeros(N, T, V, 2), obj_ref=torch.zeros(N, T, V, 2),
+                   obj_ok=torch.zeros(N, T, V, dtype=torch.bool), obj3d=torch.zeros(N, T, 3),
+                   root3d=torch.zeros(N, T, 3))  # fmt: skip
+    sim_c, sim_ok = task._project_object()
+    s = task.engine.get_state()
+    rec["obj_uv"][:, t], rec["obj_ref"][:, t] = sim_c.cpu(), track[0].cpu()
+    rec["obj_ok"][:, t] = (track[1] & sim_ok).cpu()
+    rec["obj3d"][:, t], rec["root3d"][:, t] = s.object_pos[:, 0].cpu(), s.root_pos.cpu()
+
+
+def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float) -> dict:
+    """``object_error_2d_px`` (ball-centre error at 1080p, mean where the reference sees the
+    ball) and ``ball_within_reach`` (fraction of frames with the ball's ground-plane distance
+    to the root at most ``reach_radius`` m); empty without a recorded ball."""
+    if "obj_uv" not in rec:
+        return {}
+    err = metrics.reprojection_errors(
+        rec["obj_uv"][i, :n, :, None], rec["obj_ref"][i, :n, :, None], rec["obj_ok"][i, :n, :, None], int(height)
+    )
+    d = (rec["obj3d"][i, :n, :2] - rec["root3d"][i, :n, :2]).norm(dim=-1)
+    return {"object_error_2d_px": float(err.nanmean()), "ball_within_reach": float((d <= reach_radius).float().mean())}
 
 
 def _metrics(
@@ -82,8 +116,13 @@ def _metrics(
 
 
 def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, picture_out=None,
-             video_out=None, name: str = "policy") -> dict:  # fmt: skip
+             video_out=None, name: str = "policy", task_cls: type = Tracking2DTask) -> dict:  # fmt: skip
     """Evaluate a tracker on the 2D-motion files ``data``; returns (and optionally writes) the report.
+
+    Every sequence starts at the clip's first frame from the initial state training used
+    there (``task.initial_state``: the clip's preprocessed state or its fitted 3D pose
+    when it has one, else the default pose), recorded as ``initial_state``
+    (``preprocessed`` | ``reference_3d`` | ``default_pose``) per sequence and overall.
 
     Args:
         policy: ``.act(obs, deterministic)`` and ``.env_spec`` (the run's ``TaskSpec``).
@@ -91,6 +130,7 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         views: views per sequence (1: view-agnostic 2D tracking; >= 2: view aggregation).
         json_out, picture_out, video_out: optional output paths.
         name: what the report calls the policy (its checkpoint path).
+        task_cls: the task class (a subclass of the tracker, e.g. ``DribbleTask``).
     """
     spec = policy.env_spec
     cfg = dataclasses.replace(tracking_config(spec), num_views=views, early_termination=False,
@@ -99,7 +139,9 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
     seqs = sequences(lib, views)
     N = len(seqs)
     engine = build_engine(spec, N)
-    task = Tracking2DTask(engine, ClipReference(lib, N, views, engine.device), cfg, seed=0)
+    source = ClipReference(lib, N, views, engine.device)
+    # the initial-state source of training (cfg.initial_state): frame 0's 3D pose when known
+    task = task_cls(engine, source, cfg, seed=0)
     clip_ids = torch.tensor([c for c, _ in seqs])
     starts = lib.offsets[clip_ids]
     task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
@@ -112,17 +154,28 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         m = _metrics(
             rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset
         )
-        per_seq.append({"clip": clip.name, "views": vs, **m})
+        m.update(metrics.plausibility(rec["kp3d"][i, : clip.num_frames], character_feet(spec.character), spec.control_hz))
+        m.update(_object_metrics(rec, i, clip.num_frames, float(clip.image_height[vs[0]]),
+                                 float(getattr(cfg, "reach_radius", 1.5))))  # fmt: skip
+        per_seq.append({"clip": clip.name, "views": vs, "initial_state": source.initial_state_sources[c], **m})
+    kinds = sorted({s["initial_state"] for s in per_seq})
     report = {
         "checkpoint": name,
         "views": views,
+        "initial_state": kinds[0] if len(kinds) == 1 else "mixed",
         "sequences": per_seq,
         "success_rate": float(np.mean([s["success"] for s in per_seq])),
         "error_2d_px": float(np.mean([s["error_2d_px"] for s in per_seq])),
+        "max_error_2d_px": float(np.max([s["max_error_2d_px"] for s in per_seq])),
         "jitter": float(np.mean([s["jitter"] for s in per_seq])),
     }
     if all("mpjpe_mm" in s for s in per_seq):
         report["mpjpe_mm"] = float(np.mean([s["mpjpe_mm"] for s in per_seq]))
+    for k in ("object_error_2d_px", "ball_within_reach"):  # with a simulated, tracked ball
+        if all(k in s for s in per_seq):
+            report[k] = float(np.nanmean([s[k] for s in per_seq]))
+    for k in ("foot_skating_m_s", "ground_penetration_mm", "floating_mm"):  # mimic2dm.metrics.plausibility
+        report[k] = float(np.mean([s[k] for s in per_seq]))
     _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out)
     task.close()
     return report
@@ -142,7 +195,7 @@ def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_ou
     if picture_out:
         frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
         Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
-        overlay_grid(ref, sim, mask, lib.kset, (cam.width, cam.height), frames).save(picture_out)
+        overlay_grid(ref, sim, mask, lib.kset.edges, (cam.width, cam.height), frames).save(picture_out)
     if video_out:
         from mimic2dm.render import try_render, write_video
 

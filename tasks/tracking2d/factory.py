@@ -13,10 +13,11 @@ from mimic2dm.engines.base import Engine
 
 
 def tracking_config(spec: TaskSpec) -> TrackingConfig:
-    """The task's checked settings from ``spec.config``."""
-    from mimic2dm.tasks.tracking2d import ENTRY
+    """The task's checked settings from ``spec.config`` (parsed by ``spec.task``'s entry, so
+    that tasks built on this one, such as ``dribble``, get their own config subclass)."""
+    from mimic2dm.tasks.registry import load_task
 
-    return ENTRY.parse_config(spec.config, "task (tracking2d)")
+    return load_task(spec.task).parse_config(spec.config, f"task ({spec.task})")
 
 
 def load_library(spec: TaskSpec, cfg: TrackingConfig, **overrides) -> ReferenceLibrary:

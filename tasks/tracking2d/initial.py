@@ -1,9 +1,18 @@
 """Initial states that first fill the ASI buffers (DESIGN section 7).
 
-Preferred: 3D poses from preprocessing (B.1), passed in as a :class:`SimState` per
-frame. Without them, each frame gets the character's default standing pose placed
-under the reference: at the clip's 3D root (when the clip carries 3D keypoints) and
-turned to its heading. ASI then replaces these rough states with ones the critic rates.
+Per clip, the first source that applies (``task.initial_state=auto``):
+
+1. ``preprocessed``: the clip's own per-frame initial states (``Motion2D.init_*``,
+   written by ``mimic2dm preprocess`` for the same character);
+2. ``reference_3d``: the reference's own 3D pose per frame: joint angles and root fitted
+   to the clip's 3D keypoints by inverse kinematics on the character's own model
+   (:func:`mimic2dm.characters.retarget.fit_keypoints`), velocities by finite
+   differences (reference state initialisation);
+3. ``default_pose``: the character's default standing pose placed under the reference
+   (at the clip's 3D root when known, turned to its heading), moving with its root.
+
+``task.initial_state=default_pose`` forces the last. ASI then replaces these states with
+ones the critic rates.
 """
 
 from __future__ import annotations
@@ -32,18 +41,126 @@ def forward_yaw(kp3d: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
     return torch.atan2(fwd[..., 1], fwd[..., 0])
 
 
-def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimState:
-    """One default-pose state per global reference frame, placed under the reference and
-    moving with the horizontal velocity of its root.
+INITIAL_STATE_MODES = ("auto", "default_pose")
+FIT_TOLERANCE_M = 1e-3
+"""Inverse kinematics stops once every frame's RMS keypoint error is below this (metres)."""
+_FIT_CACHE: dict[tuple, dict[str, torch.Tensor]] = {}
+
+
+def initial_state_sources(library: ReferenceLibrary, spec, mode: str = "auto") -> list[str]:
+    """Per clip, where its initial states come from: ``preprocessed``, ``reference_3d`` or
+    ``default_pose`` (module docstring); ``spec`` is the simulated character."""
+    if mode not in INITIAL_STATE_MODES:
+        raise ValueError(
+            f"task.initial_state {mode!r} is not one of {', '.join(INITIAL_STATE_MODES)}"
+        )
+    out = []
+    for clip in library.clips:
+        if mode == "default_pose":
+            out.append("default_pose")
+        elif clip.init_states is not None and clip.init_character == spec.name:
+            out.append("preprocessed")
+        elif clip.keypoints3d is not None and spec.keypoint_set == library.kset.name:
+            out.append("reference_3d")
+        else:
+            out.append("default_pose")
+    return out
+
+
+def fit_reference_poses(kp3d: torch.Tensor, spec, fps: float) -> dict[str, torch.Tensor]:
+    """The character's own pose and velocities per frame, fitted to 3D keypoints.
+
+    Args:
+        kp3d: ``[T, K, 3]`` keypoints of ``spec``'s keypoint set (metres, z up).
+        spec: the character.
+        fps: frame rate of ``kp3d`` (for the finite differences).
+
+    Returns:
+        ``root_pos [T, 3]``, ``root_quat [T, 4]`` xyzw, ``root_lin_vel``/``root_ang_vel
+        [T, 3]`` (world), ``dof_pos``/``dof_vel [T, J]`` (float32). Cached per clip.
+    """
+    from mimic2dm.characters.retarget import fit_keypoints
+    from mimic2dm.preprocess.optimize import velocities
+
+    key = (spec.name, float(fps), tuple(kp3d.shape), hash(kp3d.detach().cpu().numpy().tobytes()))
+    if key in _FIT_CACHE:
+        return _FIT_CACHE[key]
+    target = kp3d.detach().cpu().double()
+    q = fit_keypoints(spec, target, iters=25, tol=FIT_TOLERANCE_M)
+    # frames stuck in a local minimum (e.g. mid-flip) restart from a converged neighbour
+    for _ in range(3):
+        err = _frame_error(spec, q, target)
+        bad = err > 20 * FIT_TOLERANCE_M
+        if not bad.any() or bad.all():
+            break
+        good = torch.nonzero(~bad).flatten()
+        bad_idx = torch.nonzero(bad).flatten()
+        near = good[(bad_idx[:, None] - good[None]).abs().argmin(1)]
+        redo = fit_keypoints(spec, target[bad_idx], iters=40, tol=FIT_TOLERANCE_M, init=q[near])
+        better = _frame_error(spec, redo, target[bad_idx]) < err[bad_idx]
+        q[bad_idx[better]] = redo[better]
+    quat = _continuous(torch.cat([q[:, 4:7], q[:, 3:4]], dim=-1))  # wxyz -> xyzw
+    lin, ang, dof_vel = velocities(q[:, :3], quat, q[:, 7:], fps)
+    out = {"root_pos": q[:, :3], "root_quat": quat, "root_lin_vel": lin, "root_ang_vel": ang,
+           "dof_pos": q[:, 7:], "dof_vel": dof_vel}  # fmt: skip
+    out = {k: v.float() for k, v in out.items()}
+    _FIT_CACHE[key] = out
+    return out
+
+
+def _frame_error(spec, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``[T]`` largest keypoint error (m) of poses ``q [T, 7 + J]`` (wxyz) against ``target``."""
+    kp = spec.tree.keypoints(
+        spec.site_offsets, q[:, :3], torch.cat([q[:, 4:7], q[:, 3:4]], -1), q[:, 7:]
+    )
+    return (kp - target).norm(dim=-1).max(dim=1).values
+
+
+def _continuous(q: torch.Tensor) -> torch.Tensor:
+    """Quaternions ``[T, 4]`` with signs flipped so consecutive ones agree (finite differences)."""
+    sign = torch.ones(q.shape[0], dtype=q.dtype)
+    dots = (q[1:] * q[:-1]).sum(-1)
+    sign[1:] = torch.cumprod(torch.where(dots < 0, -1.0, 1.0).to(q.dtype), 0)
+    return q * sign[:, None]
+
+
+def _fill_poses(library: ReferenceLibrary, spec, out: SimState, sources: list[str]) -> None:
+    """Overwrite the character part of ``out`` with preprocessed or fitted poses."""
+    for c, (clip, src) in enumerate(zip(library.clips, sources, strict=True)):
+        if src == "default_pose":
+            continue
+        if src == "preprocessed":
+            st = clip.init_states
+            if st["dof_pos"].shape[1] != out.dof_pos.shape[1]:
+                raise ValueError(f"{clip.name}: init_dof_pos has {st['dof_pos'].shape[1]} joints, "
+                                 f"{spec.name} has {out.dof_pos.shape[1]}")  # fmt: skip
+        else:
+            st = fit_reference_poses(clip.keypoints3d, spec, library.control_hz)
+        sl = slice(int(library.offsets[c]), int(library.offsets[c] + library.lengths[c]))
+        out.root_pos[sl], out.root_rot[sl] = st["root_pos"], st["root_quat"]
+        out.root_lin_vel[sl], out.root_ang_vel[sl] = st["root_lin_vel"], st["root_ang_vel"]
+        out.dof_pos[sl], out.dof_vel[sl] = st["dof_pos"], st["dof_vel"]
+
+
+def initial_states(
+    library: ReferenceLibrary, template: SimState, spec, mode: str = "auto"
+) -> SimState:
+    """One state per global reference frame, from the first source of each clip that
+    applies (module docstring; :func:`initial_state_sources`).
+
+    Default-pose states are placed under the reference and move with the horizontal
+    velocity of its root.
 
     Args:
         library: the reference clips.
         template: the engine's default state ``[1]`` (character and objects at rest).
         spec: the character (for its keypoints in the default pose).
+        mode: ``auto`` (preprocessed > reference 3D > default pose) or ``default_pose``.
 
     Returns:
         :class:`SimState` with ``library.total_frames`` rows.
     """
+    sources = initial_state_sources(library, spec, mode)
     F = library.total_frames
     out = template.repeat(F)
     pose = spec.default_pose
@@ -54,8 +171,8 @@ def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimSt
     yaw0 = forward_yaw(kp0, library.kset)
     root_kp0 = kp0[list(library.kset.root)].mean(0)
     z = torch.tensor([0.0, 0.0, 1.0])
-    missing = [c.name for c in library.clips if c.keypoints3d is None]
-    if missing:
+    missing = [c.name for c in library.clips if c.keypoints3d is None and c.init_states is None]
+    if missing and mode == "auto":
         warnings.warn(f"clips {missing} carry no 3D keypoints nor initial states: ASI starts them from the "
                       "default pose at the origin; pass preprocessed initial states instead", stacklevel=2)  # fmt: skip
     for c, clip in enumerate(library.clips):
@@ -82,4 +199,23 @@ def initial_states(library: ReferenceLibrary, template: SimState, spec) -> SimSt
         )
         vel[:, 2] = 0.0
         out.root_lin_vel[sl] = vel
+    _fill_poses(library, spec, out, sources)
+    _place_object(library, out)
     return out
+
+
+def _place_object(library: ReferenceLibrary, out: SimState) -> None:
+    """Put the first object (the ball) where the clip's 3D object track has it, rolling with
+    the track's velocity; clips without one keep the engine's default object placement."""
+    if out.object_pos.shape[1] == 0:
+        return
+    for c, clip in enumerate(library.clips):
+        if clip.object3d is None:
+            continue
+        sl = slice(int(library.offsets[c]), int(library.offsets[c] + library.lengths[c]))
+        p = clip.object3d
+        out.object_pos[sl, 0] = p
+        if p.shape[0] > 1:
+            out.object_lin_vel[sl, 0] = torch.gradient(p, spacing=1.0 / library.control_hz, dim=0)[
+                0
+            ]

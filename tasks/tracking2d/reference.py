@@ -16,8 +16,8 @@ import numpy as np
 import torch
 
 from mimic2dm.geometry.camera import MIN_DEPTH, Camera, project_points
-from mimic2dm.geometry.canonical import root_2d
 from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera
+from mimic2dm.motion.canonical import root_2d
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
     MIN_CONTROL_FRAMES,
@@ -43,6 +43,12 @@ class Clip:
             and the 3D metrics.
         object_uv: ``[V, T, 2]`` the clip's object track (``Motion2D.object_center``,
             pixels) and object_valid ``[V, T]`` where it is seen; None without a track.
+        object3d: ``[T, 3]`` the object's world position when known (synthetic data):
+            initial states place the ball there.
+        init_states: per-frame initial simulation states from preprocessing
+            (``Motion2D.init_*`` at the control rate: ``root_pos [T, 3]``, ``root_quat
+            [T, 4]`` xyzw, ``root_lin_vel``/``root_ang_vel [T, 3]`` world frame,
+            ``dof_pos``/``dof_vel [T, J]``) for the character ``init_character``; None without.
     """
 
     name: str
@@ -57,6 +63,9 @@ class Clip:
     labels: dict = field(default_factory=dict)
     object_uv: torch.Tensor | None = None
     object_valid: torch.Tensor | None = None
+    object3d: torch.Tensor | None = None
+    init_states: dict[str, torch.Tensor] | None = None
+    init_character: str | None = None
 
     @property
     def num_frames(self) -> int:
@@ -91,13 +100,15 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
         ValueError: the clip has no cameras (run preprocessing first) — naming the clip.
     """
     if not m.has_cameras:
-        raise ValueError(f"{name}: field 'camera_R' is missing; the tracker needs cameras per view "
-                         "(synthetic data carries them; in-the-wild clips get them from preprocessing)")  # fmt: skip
+        raise ValueError(f"{name}: field 'camera_R' is missing; the tracker needs cameras per view: "
+                         "run `mimic2dm preprocess CLIP.npz --out DIR` first and train on DIR/CLIP.npz "
+                         "(synthetic clips from `mimic2dm data synth` carry cameras already)")  # fmt: skip
     mask = torch.from_numpy(m.mask(CONFIDENCE_THRESHOLD))
     uv = torch.from_numpy(np.nan_to_num(m.keypoints)).float()
     R, t, k = _cameras_per_frame(m.cameras(), m.num_frames)
     T_src = m.num_frames
     kp3d = None if m.keypoints3d is None else torch.from_numpy(m.keypoints3d).float()
+    obj3d = None if m.object3d is None else torch.from_numpy(np.asarray(m.object3d)).float()
     if abs(m.fps - control_hz) > 1e-6:
         uv = torch.from_numpy(
             np.stack([resample(u, m.fps, control_hz) for u in uv.numpy()])
@@ -108,6 +119,8 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
         R, t, k = _resample_cameras(R, t, k, T_src, T)
         if kp3d is not None:
             kp3d = torch.from_numpy(resample(kp3d.numpy(), m.fps, control_hz)).float()
+        if obj3d is not None:
+            obj3d = torch.from_numpy(resample(obj3d.numpy(), m.fps, control_hz)).float()
     obj_uv = obj_ok = None
     if m.object_center is not None:
         obj_uv = torch.from_numpy(np.nan_to_num(m.object_center)).float()
@@ -119,7 +132,33 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
             obj_ok = obj_ok[:, torch.round(torch.linspace(0, T_src - 1, obj_uv.shape[1])).long()]
     height = torch.full((uv.shape[0],), float(m.image_size[1]))
     width = torch.full((uv.shape[0],), float(m.image_size[0]))
-    return Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels), obj_uv, obj_ok)
+    clip = Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels), obj_uv, obj_ok, obj3d)
+    if m.has_initial_states:
+        clip.init_states, clip.init_character = _initial_states_at(m, control_hz), m.init_character
+    return clip
+
+
+INIT_FIELDS = ("root_pos", "root_quat", "root_lin_vel", "root_ang_vel", "dof_pos", "dof_vel")
+"""The per-frame initial-state fields of a clip (``Motion2D.init_<name>``)."""
+
+
+def _initial_states_at(m: Motion2D, control_hz: float) -> dict[str, torch.Tensor]:
+    """The clip's preprocessed initial states resampled (linearly) to ``control_hz``;
+    quaternions are kept sign-continuous before and renormalised after."""
+    out = {}
+    for f in INIT_FIELDS:
+        x = np.asarray(getattr(m, f"init_{f}"), dtype=np.float64)
+        if f == "root_quat":  # q and -q are one rotation: interpolate along the shorter arc
+            x = x.copy()
+            for i in range(1, x.shape[0]):
+                if (x[i] * x[i - 1]).sum() < 0:
+                    x[i] = -x[i]
+        if abs(m.fps - control_hz) > 1e-6:
+            x = resample(x, m.fps, control_hz)
+        if f == "root_quat":
+            x = x / np.linalg.norm(x, axis=-1, keepdims=True)
+        out[f] = torch.from_numpy(x).float()
+    return out
 
 
 def _empty_views(E: int, T: int, K: int) -> EpisodeViews:

@@ -1,7 +1,11 @@
 """Reprojection rewards (DESIGN section 3) as pure tensor functions.
 
 Errors are normalised by the image height ``H`` so the rewards are resolution-free;
-masked keypoints (confidence < threshold) are excluded from every term.
+masked keypoints (confidence < threshold) are excluded from every term. Velocities are
+in image heights per second, so ``alpha_vel`` does not depend on the control rate.
+The sharpness defaults are set on real motion (cmu_walk / run / hop seen by static
+virtual cameras, numbers in ``docs/tracker.md``): the reference scores 1 on ``pos`` and
+``vel``, a frozen, reversed, 5-frame-late or mirrored character well below.
 """
 
 from __future__ import annotations
@@ -10,26 +14,40 @@ from dataclasses import dataclass, field
 
 import torch
 
-TERMS = ("pos", "vel", "obj", "reg")
-"""Every reward term the task can produce (``obj`` only with an object and its 2D track)."""
+TERMS = ("pos", "vel", "obj", "reg", "ori", "contact")
+"""Every reward term the task can produce (``obj`` only with an object and its 2D track;
+``ori`` with left/right shoulder or hip keypoints; ``contact`` with contact bodies)."""
 
 
 def _default_scales() -> dict[str, float]:
-    return {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1}
+    # ori / contact (Yu et al. 2021) are off by default but still computed and logged
+    return {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1, "ori": 0.0, "contact": 0.0}
 
 
 @dataclass
 class RewardConfig:
-    """Term weights (``scales``) and sharpness of the reward terms (DESIGN 3 defaults).
+    """Term weights (``scales``) and sharpness of the reward terms (DESIGN 3).
 
     A term missing from ``scales`` has weight 0 (it is still computed and logged).
+
+    Attributes:
+        alpha_pos, alpha_obj: sharpness on squared errors in image heights.
+        alpha_vel: sharpness on squared velocity errors in image heights per second.
+        alpha_reg: sharpness on the mean squared action change per control step.
+        ori_margin: ``ori`` demands the reference's left/right order of a shoulder / hip
+            pair fully once the pair is this far apart (fraction of H); closer pairs
+            (side views) count less.
+        contact_still: a reference foot keypoint slower than this (image heights / s) is
+            still, and its foot should touch the ground.
     """
 
     scales: dict[str, float] = field(default_factory=_default_scales)
     alpha_pos: float = 400.0
-    alpha_vel: float = 400.0
+    alpha_vel: float = 20.0
     alpha_obj: float = 400.0
-    alpha_reg: float = 0.05
+    alpha_reg: float = 10.0
+    ori_margin: float = 0.02
+    contact_still: float = 0.07
 
     def __post_init__(self) -> None:
         from mimic2dm.utils.validate import ConfigError, check
@@ -39,7 +57,14 @@ class RewardConfig:
             raise ConfigError("task.reward.scales", unknown, f"terms among {list(TERMS)}")
         for name, weight in self.scales.items():
             check(f"task.reward.scales.{name}", weight, ge=0)
-        for name in ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg"):
+        for name in (
+            "alpha_pos",
+            "alpha_vel",
+            "alpha_obj",
+            "alpha_reg",
+            "ori_margin",
+            "contact_still",
+        ):
             check(f"task.reward.{name}", getattr(self, name), gt=0)
 
 
@@ -59,6 +84,57 @@ def masked_sq_error(
     return (se * m).sum(-1) / (height**2 * m.sum(-1).clamp_min(1.0))
 
 
+def orientation_reward(
+    sim_uv: torch.Tensor,
+    ref_uv: torch.Tensor,
+    mask: torch.Tensor,
+    pairs: torch.Tensor,
+    height: torch.Tensor,
+    margin: float,
+) -> torch.Tensor:
+    """Yu et al. 2021's facing hint: the image's left/right order of shoulders and hips.
+
+    Which of a left/right pair appears further right in the image tells whether the body
+    faces the camera or turns away; the simulated pair should keep the reference's order.
+
+    Args:
+        sim_uv, ref_uv: ``[N, K, 2]`` pixels; mask ``[N, K]``.
+        pairs: ``[P, 2]`` keypoint indices ``(left, right)``.
+        height: ``[N]``; margin: pair separation (fraction of H) where the order counts fully.
+
+    Returns:
+        ``[N]`` in [0, 1]: mean over the observed pairs of ``1 - w (1 - agree)``, with
+        ``w = min(|d_ref| / margin, 1)`` and ``d = (u_right - u_left) / H``; 1 without pairs.
+    """
+    left, right = pairs[:, 0], pairs[:, 1]
+    d_sim = (sim_uv[:, right, 0] - sim_uv[:, left, 0]) / height[:, None]
+    d_ref = (ref_uv[:, right, 0] - ref_uv[:, left, 0]) / height[:, None]
+    ok = (mask[:, left] & mask[:, right]).to(sim_uv.dtype)
+    w = (d_ref.abs() / margin).clamp(max=1.0)
+    agree = (torch.sign(d_sim) == torch.sign(d_ref)).to(sim_uv.dtype)
+    r = 1.0 - w * (1.0 - agree)
+    return torch.where(ok.sum(-1) > 0, (r * ok).sum(-1) / ok.sum(-1).clamp_min(1.0), 1.0)
+
+
+def contact_reward(
+    ref_speed: torch.Tensor, ref_ok: torch.Tensor, contact: torch.Tensor, still: float
+) -> torch.Tensor:
+    """Yu et al. 2021's contact cue: a foot still in the reference should touch the ground.
+
+    Args:
+        ref_speed: ``[N, C]`` speed of each foot's reference keypoint (image heights / s).
+        ref_ok: ``[N, C]`` that keypoint observed at both frames.
+        contact: ``[N, C]`` simulated contact flags (1.0 = touching).
+        still: speed below which a reference foot counts as still.
+
+    Returns:
+        ``[N]``: the fraction of still reference feet in contact; 1 where none is still.
+    """
+    s = (ref_ok & (ref_speed < still)).to(contact.dtype)
+    n = s.sum(-1)
+    return torch.where(n > 0, (s * contact).sum(-1) / n.clamp_min(1.0), 1.0)
+
+
 def reward_terms(
     sim_uv: torch.Tensor,
     ref_uv: torch.Tensor,
@@ -71,6 +147,10 @@ def reward_terms(
     prev_action: torch.Tensor,
     cfg: RewardConfig,
     obj: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    *,
+    control_hz: float = 30.0,
+    ori_pairs: torch.Tensor | None = None,
+    contact: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Named reward terms, each ``[N]`` in [0, 1].
 
@@ -80,13 +160,18 @@ def reward_terms(
         height: ``[N]`` image heights (pixels).
         action, prev_action: ``[N, J]`` normalised actions, for the regulariser.
         obj: optional ``(sim_centre [N, 2], ref_centre [N, 2], ref_valid [N])`` of the ball.
+        control_hz: steps per second (velocities are per second).
+        ori_pairs: optional ``[P, 2]`` (left, right) shoulder / hip indices: adds ``ori``.
+        contact: optional ``(keypoint [C], flags [N, C])``: each contact body's keypoint and
+            its simulated contact flag: adds ``contact``.
 
     Returns:
-        ``{"pos", "vel", "reg"[, "obj"]}``.
+        ``{"pos", "vel", "reg"[, "obj"][, "ori"][, "contact"]}``.
     """
     e_pos = masked_sq_error(sim_uv, ref_uv, mask, height)
     both = mask & prev_mask
-    e_vel = masked_sq_error(sim_uv - prev_sim_uv, ref_uv - prev_ref_uv, both, height)
+    hz = float(control_hz)
+    e_vel = masked_sq_error((sim_uv - prev_sim_uv) * hz, (ref_uv - prev_ref_uv) * hz, both, height)
     e_reg = ((action - prev_action) ** 2).mean(-1)
     terms = {
         "pos": torch.exp(-cfg.alpha_pos * e_pos),
@@ -97,6 +182,14 @@ def reward_terms(
         sim_c, ref_c, valid = obj
         e_obj = masked_sq_error(sim_c[:, None], ref_c[:, None], valid[:, None], height)
         terms["obj"] = torch.exp(-cfg.alpha_obj * e_obj)
+    if ori_pairs is not None and ori_pairs.numel():
+        terms["ori"] = orientation_reward(sim_uv, ref_uv, mask, ori_pairs, height, cfg.ori_margin)
+    if contact is not None:
+        kp, flags = contact
+        speed = (ref_uv[:, kp] - prev_ref_uv[:, kp]).norm(dim=-1) * hz / height[:, None]
+        terms["contact"] = contact_reward(
+            speed, both[:, kp], flags.to(sim_uv.dtype), cfg.contact_still
+        )
     return terms
 
 

@@ -51,8 +51,9 @@ class ReferenceSource(abc.ABC):
         """``[F]`` bool: frames an episode may start at (they have a future)."""
 
     @abc.abstractmethod
-    def initial_states(self, template: SimState, character) -> SimState:
-        """One state per start frame ``[F]`` (the first fill of the ASI buffers)."""
+    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+        """One state per start frame ``[F]`` (the first fill of the ASI buffers); ``mode``
+        is ``task.initial_state`` (``auto`` | ``default_pose``, see :mod:`.initial`)."""
 
     @abc.abstractmethod
     def begin(self, env_ids: torch.Tensor, starts: torch.Tensor, gen: torch.Generator,
@@ -123,6 +124,7 @@ class ClipReference(ReferenceSource):
         self.offsets = library.offsets
         self.clip = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self.views: EpisodeViews | None = None
+        self.initial_state_sources: list[str] = []  # per clip, set by initial_states()
 
     @property
     def num_start_frames(self) -> int:
@@ -133,10 +135,11 @@ class ClipReference(ReferenceSource):
         starts[self.lib.offsets + self.lib.lengths - 1] = False  # the last frame has no future
         return starts
 
-    def initial_states(self, template: SimState, character) -> SimState:
-        from mimic2dm.tasks.tracking2d.initial import initial_states
+    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+        from mimic2dm.tasks.tracking2d.initial import initial_state_sources, initial_states
 
-        return initial_states(self.lib, template, character)
+        self.initial_state_sources = initial_state_sources(self.lib, character, mode)
+        return initial_states(self.lib, template, character, mode)
 
     def begin(self, env_ids, starts, gen, view_ids=None) -> torch.Tensor:
         starts = starts.to(self.device)
@@ -271,8 +274,8 @@ class StreamingReference(ReferenceSource):
     def valid_starts(self) -> torch.Tensor:
         return torch.ones(1, dtype=torch.bool)
 
-    def initial_states(self, template: SimState, character) -> SimState:
-        return template.repeat(1)
+    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+        return template.repeat(1)  # a stream has no 3D: its episodes start from the default pose
 
     def begin(self, env_ids, starts, gen, view_ids=None) -> torch.Tensor:
         if self.pushed == 0:

@@ -23,6 +23,7 @@ from mimic2dm.tasks.tracking2d.rewards import combine, reward_terms
 from mimic2dm.tasks.tracking2d.source import ReferenceSource
 
 from mimic2dm.engines.base import Engine, SimState
+from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import MIN_DEPTH, project_points
 
 CAUSES = ("reprojection", "fall", "nonfinite", "timeout")
@@ -65,9 +66,15 @@ class Tracking2DTask(Task):
             [engine.body_names.index(b) for b in spec.key_bodies], device=dev
         )
         self.root_idx = torch.tensor(source.kset.root, device=dev)
+        # the root-frame axis that is vertical in the default pose (tilt fall detection)
+        q0 = torch.tensor(spec.default_pose.root_quat, dtype=torch.float32, device=dev)
+        self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
         if init is None:
-            init = source.initial_states(engine.default_state(1), spec)
+            init = source.initial_states(engine.default_state(1), spec, cfg.initial_state)
         self.asi = StateBuffers(init, source.valid_starts(), cfg.asi)
+        # the ASI slot each episode started from (-1: none), rescored by the critic
+        self.start_slot = torch.full((self.N,), -1, dtype=torch.long, device=dev)
+        self._ori_pairs, self._contact = self._reward_cues(spec, source.kset)
         self.frame = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.steps = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.ep_return = torch.zeros(self.N, device=dev)
@@ -76,7 +83,7 @@ class Tracking2DTask(Task):
         self._cache: dict = {}
         self.reset(torch.arange(self.N, device=dev))
         self.prop_dim = self._proprioception().shape[1]
-        self.view_dim = O.observation_2d_size(self.K, cfg.num_future)
+        self.view_dim = O.observation_2d_size(self.view_points()[0].shape[2], cfg.num_future)
 
     def obs_layout(self) -> dict[str, int]:
         """Sizes the view-aggregation network needs to split observations."""
@@ -88,13 +95,16 @@ class Tracking2DTask(Task):
         if env_ids.numel() == 0:
             return
         g = self.asi.sample_frames(env_ids.numel(), self.gen)
-        self.start_episodes(env_ids, g, self.asi.sample_states(g, self.gen))
+        states, slots = self.asi.sample(g, self.gen)
+        self.start_episodes(env_ids, g, states)
+        self.start_slot[env_ids] = slots.to(self.device)
 
     def start_episodes(self, env_ids: torch.Tensor, starts: torch.Tensor, states: SimState,
                        view_ids: torch.Tensor | None = None) -> None:  # fmt: skip
         """Start episodes in ``env_ids [E]`` at global start frames ``starts [E]`` from
         ``states``; ``view_ids [E, V]`` picks the reference's views (default: drawn)."""
         self.steps[env_ids] = 0
+        self.start_slot[env_ids] = -1  # not from an ASI buffer unless reset() says so
         self.ep_return[env_ids] = 0.0
         self.prev_action[env_ids] = 0.0
         self.engine.reset(env_ids, states)
@@ -139,13 +149,23 @@ class Tracking2DTask(Task):
         return O.proprioception(s.root_pos, s.root_rot, s.root_lin_vel, s.root_ang_vel, brot, self.parents,
                                 s.dof_vel, pos[:, self.key_idx])  # fmt: skip
 
-    def observe(self) -> torch.Tensor:
-        """Observation ``[N, prop + V * view]`` of the current state (no camera parameters)."""
-        prop = self._proprioception()
+    def view_points(self) -> tuple[torch.Tensor, ...]:
+        """The 2D points each view observes (subclasses append points, e.g. a ball centre).
+
+        Returns:
+            own ``uv [N, V, P, 2]`` and ``valid [N, V, P]``; the future reference
+            ``ref_uv [N, V, n, P, 2]``, ``ref_mask [N, V, n, P]`` and ``ref_root [N, V, n, 2]``.
+        """
         uv, valid = self.project_character()
         n = self.cfg.num_future
         fut = self.frame[:, None] + torch.arange(1, n + 1, device=self.device)  # [N, n]
         ref_uv, ref_mask, ref_root = self.source.keypoints(fut)  # [N, V, n, ...]
+        return uv, valid, ref_uv, ref_mask, ref_root
+
+    def observe(self) -> torch.Tensor:
+        """Observation ``[N, prop + V * view]`` of the current state (no camera parameters)."""
+        prop = self._proprioception()
+        uv, valid, ref_uv, ref_mask, ref_root = self.view_points()
         _, _, k = self.source.cameras(self.frame)
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
         view_obs = O.observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root),
@@ -157,9 +177,10 @@ class Tracking2DTask(Task):
     def step(self, actions: torch.Tensor) -> StepResult:
         """Apply normalised actions ``[N, J]`` in [-1, 1] as PD targets for one control step.
 
-        Reward terms: ``pos``, ``vel``, ``reg``, and ``obj`` when the engine simulates an
-        object and the reference carries its 2D track (otherwise left out, the other scales
-        re-normalised).
+        Reward terms: ``pos``, ``vel``, ``reg``, ``ori`` (keypoint sets with left/right
+        shoulders or hips), ``contact`` (characters with contact bodies), and ``obj`` when
+        the engine simulates an object and the reference carries its 2D track (otherwise
+        left out, the other scales re-normalised).
         """
         a = actions.to(self.device).clamp(-1.0, 1.0)
         prev_uv, _ = self.project_character()
@@ -172,16 +193,20 @@ class Tracking2DTask(Task):
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
         terms = reward_terms(flat(uv), flat(ref), flat(m), flat(prev_uv), flat(prev_ref), flat(pm), H,
                              a.repeat_interleave(self.V, 0), self.prev_action.repeat_interleave(self.V, 0),
-                             self.cfg.reward, self._object_pair(flat))  # fmt: skip
+                             self.cfg.reward, self._object_pair(flat), control_hz=1.0 / self.engine.control_dt,
+                             ori_pairs=self._ori_pairs, contact=self._contact_flags())  # fmt: skip
         terms = {k: v.reshape(self.N, self.V).mean(1) for k, v in terms.items()}
         reward = combine(terms, self.cfg.reward.scales)
         causes = self._terminations(flat(uv), flat(ref), flat(mask), H)
         reward = torch.where(causes["nonfinite"], torch.zeros_like(reward), reward).nan_to_num(0.0)
-        terminated = causes["reprojection"] | causes["fall"] | causes["nonfinite"]
+        terminated = torch.stack(list(causes.values())).any(0)  # every cause but the time-out
         truncated = ~terminated & (
             self.source.at_end(self.frame) | (self.steps >= self.cfg.max_episode_steps)
         )
         causes["timeout"] = truncated
+        if self.source.replays_starts:  # ASI counts samples (at the observed frame), failures
+            ids = torch.arange(self.N, device=self.device)
+            self.asi.note_step(self.source.global_frame(ids, self.frame) - 1, terminated)
         self.ep_return += reward
         self.prev_action = a.clone()
         done = terminated | truncated
@@ -191,6 +216,30 @@ class Tracking2DTask(Task):
         return StepResult(
             self.observe(), reward, terms, terminated, truncated, causes, ep_len, ep_ret
         )
+
+    def _reward_cues(self, spec, kset) -> tuple[torch.Tensor, tuple | None]:
+        """Indices of Yu et al. 2021's cues: ``(left, right)`` shoulder / hip keypoint pairs
+        ``[P, 2]``; per contact body with a keypoint, ``(keypoint [C], contact column [C])``."""
+        names = kset.names
+        pairs = [(names.index(f"left_{p}"), names.index(f"right_{p}")) for p in ("shoulder", "hip")
+                 if f"left_{p}" in names and f"right_{p}" in names]  # fmt: skip
+        ori = torch.tensor(pairs, dtype=torch.long, device=self.device).reshape(-1, 2)
+        kp, cols = [], []
+        for c, body in enumerate(self.engine.contact_names):
+            on = [k for k, (b, _) in enumerate(spec.site_offsets) if b == body]
+            if on:  # the last keypoint on a foot body is its distal one (ankle, paw)
+                kp.append(on[-1])
+                cols.append(c)
+        if not kp:
+            return ori, None
+        return ori, (torch.tensor(kp, device=self.device), torch.tensor(cols, device=self.device))
+
+    def _contact_flags(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(keypoint [C], flags [N * V, C])`` for the ``contact`` term, or None."""
+        if self._contact is None:
+            return None
+        kp, cols = self._contact
+        return kp, self.engine.get_contacts()[:, cols].repeat_interleave(self.V, 0)
 
     def _object_pair(self, flat):
         """``(sim_centre, ref_centre, valid)`` flattened over views, or None when no object term applies."""
@@ -212,13 +261,15 @@ class Tracking2DTask(Task):
 
     def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
         nonfinite = self.engine.nonfinite_envs()
-        root_h = self._read("state").root_pos[:, 2]
+        s = self._read("state")
         reproj = (
             X.reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term)
             .reshape(self.N, self.V)
             .any(1)
         )
-        fall = X.fallen(root_h, self.cfg.fall_height)
+        fall = X.fallen(s.root_pos[:, 2], self.cfg.fall_height)
+        if self.cfg.fall_tilt_deg > 0:
+            fall = fall | X.tilted(s.root_rot, self.up_local, self.cfg.fall_tilt_deg)
         if not self.cfg.early_termination:
             reproj, fall = torch.zeros_like(reproj), torch.zeros_like(fall)
         return {
@@ -231,11 +282,18 @@ class Tracking2DTask(Task):
     def observe_values(self, values: torch.Tensor) -> int:
         """Score the states behind the last observation with the critic's ``values [N]``.
 
-        Skips states that an episode started from (they came from the buffers).
-        Returns the number of buffer replacements (a 0-d tensor: no host sync).
+        States that an episode just started from came from the buffers: their values
+        rescore them in place (the current critic's view of a stored state). The others
+        may replace their buffer's lowest score. Returns the number of replacements (a 0-d
+        tensor: no host sync).
         """
         if not self.source.replays_starts or self._obs_state is None:
             return 0
+        v = values.detach().reshape(-1).float()
+        fresh = torch.nonzero((self.steps == 0) & (self.start_slot >= 0)).flatten()
+        if fresh.numel():
+            g0 = self.source.global_frame(fresh, self.frame[fresh])
+            self.asi.rescore(g0.cpu(), self.start_slot[fresh].cpu(), v[fresh].cpu())
         keep = (self.steps > 0) & ~self.source.at_end(self.frame)
         ids = torch.nonzero(keep).flatten()
         g = self.source.global_frame(ids, self.frame[ids])
@@ -255,7 +313,7 @@ class Tracking2DTask(Task):
         self.asi.load_state_dict(d["asi"])
         self.gen.set_state(d["rng"])
 
-    EPISODE_FIELDS = ("frame", "steps", "ep_return", "prev_action")
+    EPISODE_FIELDS = ("frame", "steps", "ep_return", "prev_action", "start_slot")
 
     def episode_state(self) -> dict:
         """The episodes in flight (per-env tensors, the reference's, the engine's exact state):
@@ -274,7 +332,12 @@ class Tracking2DTask(Task):
                 f"episode state of {d['num_envs']} envs does not fit this task's {self.N}"
             )
         for k in self.EPISODE_FIELDS:
-            getattr(self, k).copy_(d["tensors"][k])
+            if k in d["tensors"]:  # older checkpoints lack start_slot: no rescoring of their starts
+                getattr(self, k).copy_(d["tensors"][k])
+            elif k == "start_slot":
+                self.start_slot.fill_(-1)
+            else:
+                raise KeyError(f"episode state lacks {k!r}")
         # checkpoints of older code kept the clip's per-env tensors beside the task's
         src = d["source"] if "source" in d else {"clip": d["tensors"]["clip"], "views": d["views"]}
         self.source.load_episode_state(src)

@@ -116,7 +116,7 @@ def make_demo_motion3d(seconds: float = 4.0, fps: float = 30.0) -> Motion3D:
         root.astype(np.float32),
         quat.astype(np.float32),
         dof.astype(np.float32),
-        meta={"source": "mimic2dm.motion.demo", "keyframes": [list(k) for k in KEYFRAMES]},
+        meta={"source": "mimic2dm.characters.demo_clip", "keyframes": [list(k) for k in KEYFRAMES]},
     )
     m.keypoints3d = np.asarray(kinematic_replay(spec, m.qpos()), dtype=np.float32)
     m.keypoint_set = spec.keypoint_set
@@ -146,6 +146,6 @@ def make_demo_clip(
         camera="static",
         seed=seed,
         labels={"skill": "march_squat"},
-        meta={"source": "mimic2dm.motion.demo", "character": "humanoid"},
+        meta={"source": "mimic2dm.characters.demo_clip", "character": "humanoid"},
     )
     return m3, m2

@@ -6,7 +6,7 @@ clips (``mimic2dm extract`` already detects the ball in a user's own videos):
 1. the clip's gait cycle is looped to ``seconds`` (:mod:`mimic2dm.motion.looping`);
 2. the kicks are planned at touchdowns of one foot (a contact every gait cycle): at each
    kick the ball lies :data:`BALL_AHEAD` m ahead of that foot along the heading;
-3. the ball (``characters/objects.py``: radius, mass, friction, shell inertia) rolls on a
+3. the ball (``objects.py``: radius, mass, friction, shell inertia) rolls on a
    ground plane in MuJoCo. The feet are kinematic: a kick sets the ball's velocity
    (rolling, no slip) to the speed that brings it, under MuJoCo's contact and rolling
    friction, to the next kick point at the next kick frame (found by bisection on

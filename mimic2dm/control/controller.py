@@ -1,0 +1,241 @@
+"""The hierarchical controller: generator -> ``G^-1`` -> streaming reference -> frozen
+tracker -> engine, one control step at a time (paper 3.4, DESIGN 9).
+
+Every ``chunk_frames`` control steps (and at a skill switch) a chunk starts: the follow
+cameras are re-placed on the character's 3D root, the next generated frames are
+integrated by ``G^-1`` from the character's current projected root and body size, and
+they replace the reference from the current frame on. In between, the tracker policy
+acts on the task's observation and the engine steps; the simulation never pauses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mimic2dm.control.generator import ChunkStream, open_stream
+from mimic2dm.control.reference import (
+    ControlReference,
+    FollowCamera,
+    anchor_chunk,
+    character_anchor,
+)
+from mimic2dm.generators.sample import LoadedGenerator
+from mimic2dm.tasks.registry import build_engine
+from mimic2dm.tasks.tracking2d.asi import ASIConfig
+from mimic2dm.tasks.tracking2d.factory import tracking_config
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+from mimic2dm.utils.validate import check
+
+STAGES = ("generator", "g_inverse", "observation", "policy", "physics")
+"""Timed stages of one control step (``g_inverse`` includes re-anchoring and the push)."""
+
+
+@dataclass
+class ControlSettings:
+    """One controlled run.
+
+    Attributes:
+        seconds: simulated time; skill: first condition label (None: unconditional).
+        switches: ``[(time_s, skill)]`` label changes (each starts a new chunk).
+        chunk_frames: control steps between re-anchoring.
+        seed: generator sampling and camera azimuth (when ``camera.azimuth_deg`` is None).
+        temperature, top_k: generator sampling.
+        camera: the follow cameras (``azimuth_deg=None``: drawn from the seed).
+        record_states: keep engine states for a video.
+    """
+
+    seconds: float = 20.0
+    skill: str | None = None
+    switches: list[tuple[float, str]] = field(default_factory=list)
+    chunk_frames: int = 32
+    seed: int = 0
+    temperature: float = 1.0
+    top_k: int | None = None
+    azimuth_deg: float | None = None
+    elevation_deg: float = 10.0
+    distance: float = 5.0
+    focal: float = 1400.0
+    record_states: bool = False
+
+    def __post_init__(self) -> None:
+        check("--seconds", self.seconds, gt=0)
+        check("--seed", self.seed, ge=0, integer=True)
+        check("--chunk-frames", self.chunk_frames, ge=1, integer=True)
+        check("--temperature", self.temperature, ge=0)
+        for t, _ in self.switches:
+            check("--switch time", t, ge=0, lt=self.seconds)
+
+
+def parse_switch(spec: str) -> tuple[float, str]:
+    """``"10:run"`` -> ``(10.0, "run")``."""
+    t, sep, skill = spec.partition(":")
+    try:
+        if not sep or not skill:
+            raise ValueError
+        return float(t), skill
+    except ValueError:
+        raise ValueError(f"--switch {spec!r}: expected TIME_S:SKILL, e.g. 10:run") from None
+
+
+@dataclass
+class Record:
+    """What one run recorded, per control step ``T`` (views ``V``, keypoints ``K``).
+
+    Attributes:
+        uv, ref: ``[T, V, K, 2]`` character projection and reference (pixels, the step's cameras).
+        mask: ``[T, V, K]`` reference mask and character in front of the camera.
+        kp3d: ``[T, K, 3]`` simulated keypoints (m); root_height: ``[T]``.
+        cam_R, cam_t, cam_k: ``[T, V, ...]`` the cameras of each step.
+        labels: ``[T]`` condition label id of each step.
+        chunks: ``[(step, root [V, 2], scale [V], ref_root [V, 2])]`` at each chunk start.
+        generated: ``[V, n, D]`` raw canonical features handed to the reference.
+        gen_frames, gen_seconds: frames the generator made and the time it took.
+        stage_seconds: time per stage (:data:`STAGES`); states: engine states (video).
+    """
+
+    uv: list = field(default_factory=list)
+    ref: list = field(default_factory=list)
+    mask: list = field(default_factory=list)
+    kp3d: list = field(default_factory=list)
+    root_height: list = field(default_factory=list)
+    cam_R: list = field(default_factory=list)
+    cam_t: list = field(default_factory=list)
+    cam_k: list = field(default_factory=list)
+    labels: list = field(default_factory=list)
+    chunks: list = field(default_factory=list)
+    generated: list = field(default_factory=list)
+    gen_frames: int = 0
+    gen_seconds: float = 0.0
+    stage_seconds: dict = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    states: list = field(default_factory=list)
+
+    def stacked(self, name: str) -> torch.Tensor:
+        return torch.stack(getattr(self, name))
+
+
+class Controller:
+    """A frozen tracker driven by a generator, for one character (one env).
+
+    Args:
+        policy: ``.act(obs)`` and ``.env_spec`` (the tracker's ``TaskSpec``).
+        gen: the generator (its keypoint set and frame rate must match the tracker's).
+        engine_threads: MuJoCo threads (1: one core).
+    """
+
+    def __init__(self, policy, gen: LoadedGenerator, engine_threads: int | None = 1):
+        spec = policy.env_spec
+        if spec.task != "tracking2d":
+            raise ValueError(
+                f"--tracker: a tracking2d checkpoint is needed, this one trained {spec.task!r}"
+            )
+        if engine_threads is not None:
+            spec = spec.with_engine(num_threads=engine_threads)
+        self.policy, self.gen, self.spec = policy, gen, spec
+        self.V = gen.num_views
+        self.cfg = dataclasses.replace(tracking_config(spec), num_views=self.V, early_termination=False,
+                                       max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+        self.engine = build_engine(spec, 1)
+        kset = self.engine.character.keypoint_set
+        if kset != gen.data["keypoint_set"]:
+            self.engine.close()
+            raise ValueError(f"--generator {gen.source}: keypoint set {gen.data['keypoint_set']!r}, but the "
+                             f"tracker's character {spec.character!r} uses {kset!r}")  # fmt: skip
+        if abs(float(gen.data["fps"]) - spec.control_hz) > 1e-6:
+            self.engine.close()
+            raise ValueError(f"--generator {gen.source}: {gen.data['fps']} fps, the tracker controls at "
+                             f"{spec.control_hz} Hz (they must match)")  # fmt: skip
+        self.hz = float(spec.control_hz)
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def _task(self, cam: FollowCamera) -> tuple[Tracking2DTask, ControlReference]:
+        R, t, k = cam.place(torch.tensor([0.0, 0.0, 1.0]))
+        src = ControlReference(self.engine.character.keypoint_set, 1, self.V, (R, t, k), cam.height,
+                               self.hz, capacity=256, device=self.engine.device)  # fmt: skip
+        src.push(torch.zeros(self.V, src.kset.num_keypoints, 2))  # a frame to start the episode at
+        return Tracking2DTask(self.engine, src, self.cfg, seed=0), src
+
+    def run(self, s: ControlSettings) -> Record:
+        """Control the character for ``s.seconds``; returns what it recorded."""
+        az = (
+            s.azimuth_deg
+            if s.azimuth_deg is not None
+            else float(np.random.default_rng(s.seed).uniform(0, 360))
+        )
+        cam = FollowCamera(self.V, az, s.elevation_deg, s.distance, s.focal,
+                           self.cfg.camera.width, self.cfg.camera.height)  # fmt: skip
+        task, src = self._task(cam)
+        label = self.gen.label_id(s.skill)
+        stream = open_stream(self.gen, label, s.seed, s.temperature, s.top_k)
+        switches = sorted((round(t * self.hz), self.gen.label_id(k)) for t, k in s.switches)
+        T = max(1, round(s.seconds * self.hz))
+        rec, buf, next_chunk = Record(), None, 0
+        for step in range(T):
+            while switches and switches[0][0] <= step:
+                label = switches.pop(0)[1]
+                stream.set_label(label)
+                buf, next_chunk = None, step  # old-label frames are dropped; a chunk starts now
+            if step == next_chunk:
+                buf = self._chunk(task, src, stream, cam, buf, step, s.chunk_frames, rec)
+                next_chunk = step + s.chunk_frames
+            self._record(task, src, rec, label, s.record_states)
+            t0 = time.perf_counter()
+            obs = task.observe()
+            t1 = time.perf_counter()
+            act = self.policy.act(obs)
+            t2 = time.perf_counter()
+            task.advance(act)
+            t3 = time.perf_counter()
+            for name, dt in (("observation", t1 - t0), ("policy", t2 - t1), ("physics", t3 - t2)):
+                rec.stage_seconds[name] += dt
+        return rec
+
+    def _chunk(self, task, src: ControlReference, stream: ChunkStream, cam: FollowCamera, buf, step: int,
+               L: int, rec: Record) -> torch.Tensor:  # fmt: skip
+        """Start a chunk at ``step``: cameras on the character, next frames anchored to its projection."""
+        need = L + self.cfg.num_future
+        t0 = time.perf_counter()
+        while buf is None or buf.shape[1] < need:
+            new = stream.next_chunk()
+            rec.gen_frames += new.shape[1]
+            buf = new if buf is None else torch.cat([buf, new], dim=1)
+        t1 = time.perf_counter()
+        kp = task.engine.get_keypoints()[0]
+        src.set_camera(*cam.place(kp[list(src.kset.root)].mean(0)))
+        uv, valid = task.project_character()
+        root, scale = character_anchor(uv[0], valid[0], src.kset)
+        pix = anchor_chunk(buf[:, :need], root, scale, src.kset)
+        src.rewind(step)
+        for i in range(need):
+            src.push(pix[:, i])
+        t2 = time.perf_counter()
+        _, _, ref_root = src.keypoints(torch.tensor([step], device=src.device))
+        rec.chunks.append((step, root, scale, ref_root[0].cpu()))
+        rec.generated.append(buf[:, :L])
+        rec.gen_seconds += t1 - t0
+        rec.stage_seconds["generator"] += t1 - t0
+        rec.stage_seconds["g_inverse"] += t2 - t1
+        return buf[:, L:]
+
+    def _record(self, task, src: ControlReference, rec: Record, label: int, states: bool) -> None:
+        uv, valid = task.project_character()
+        ref, mask = task.reference(task.frame)
+        R, t, k = src.cameras(task.frame)
+        kp = task.engine.get_keypoints()[0]
+        rec.uv.append(uv[0].cpu())
+        rec.ref.append(ref[0].cpu())
+        rec.mask.append((mask & valid)[0].cpu())
+        rec.kp3d.append(kp.cpu())
+        rec.root_height.append(float(task.engine.get_state().root_pos[0, 2]))
+        rec.cam_R.append(R[0].cpu())
+        rec.cam_t.append(t[0].cpu())
+        rec.cam_k.append(k[0].cpu())
+        rec.labels.append(int(label))
+        if states:
+            rec.states.append(task.engine.get_state().index(slice(0, 1)))

@@ -1,0 +1,168 @@
+"""Table 3 of the paper for controlled runs: success, 2D error to the generated
+reference, FID and diversity of the simulated motion, generator latency.
+
+FID compares 32-frame canonical windows of the simulated character's 2D projections
+against real motion with the project's FID extractor (``generators/fid.py``). The
+character is projected for this through smooth tracking cameras at the control views'
+azimuths (not the controller's per-chunk cameras, whose re-placement would show up as
+jumps of the root), so the windows describe the simulated motion itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mimic2dm import metrics
+from mimic2dm.control.controller import STAGES, Record
+from mimic2dm.generators.fid import (
+    FIDConfig,
+    FIDExtractor,
+    MotionEncoder,
+    diversity,
+    fid,
+    real_windows,
+)
+from mimic2dm.geometry.camera import Camera
+from mimic2dm.motion.canonical import to_canonical
+from mimic2dm.motion.keypoint_sets import KeypointSet
+
+WINDOW_STRIDE = 8
+"""Frames between the starts of the FID windows of a run."""
+
+
+@dataclass
+class FIDSet:
+    """A frozen extractor and the real windows FID is measured against.
+
+    Attributes:
+        extractor: the feature extractor; trained: False for an untrained one (smoke runs).
+        real: raw canonical windows ``[N, W, D]`` and their mask ``[N, W, K]``.
+        source: where the real windows came from.
+    """
+
+    extractor: FIDExtractor
+    trained: bool
+    real: tuple[torch.Tensor, torch.Tensor]
+    source: str
+
+    def describe(self) -> dict:
+        return {"fid_extractor": self.extractor.version, "fid_extractor_trained": self.trained,
+                "fid_real": self.source, "fid_num_real": int(self.real[0].shape[0])}  # fmt: skip
+
+
+def load_fid_set(real_dir: str | Path, keypoint_set: str, extractor: str | Path | None,
+                 limit: int = 2048) -> FIDSet:  # fmt: skip
+    """Real windows of ``real_dir`` (2D-motion files) and an extractor (None: untrained, seed 0)."""
+    from mimic2dm.generators.data import WindowSampler, load_clips
+    from mimic2dm.generators.fid import load_fid_extractor
+
+    clips = load_clips(real_dir, label_key=None, keypoint_set=keypoint_set)
+    if extractor is not None:
+        ext, trained = load_fid_extractor(extractor), True
+    else:
+        torch.manual_seed(0)
+        model = MotionEncoder(FIDConfig(in_dim=clips.dim, num_keypoints=clips.num_keypoints))
+        ext, trained = FIDExtractor(model, clips.compute_stats()), False
+    sampler = WindowSampler(clips, ext.window, ext.stats)
+    feats, kmask, _ = real_windows(sampler, limit)
+    return FIDSet(ext, trained, (feats, kmask), str(real_dir))
+
+
+def tracking_cameras(kp3d: torch.Tensor, kset: KeypointSet, azimuths_deg: list[float], elevation_deg: float,
+                     distance: float, focal: float, width: int = 1920, height: int = 1080) -> list[Camera]:  # fmt: skip
+    """Per-frame cameras that keep a fixed offset from the root of ``kp3d [T, K, 3]``, one per azimuth."""
+    from mimic2dm.geometry.camera import DEG, spherical_offset
+
+    root = kp3d[:, list(kset.root)].mean(1)
+
+    def offset(a: float) -> torch.Tensor:
+        return spherical_offset(
+            *(
+                torch.tensor(x, dtype=torch.float32)
+                for x in (a * DEG, elevation_deg * DEG, distance)
+            )
+        )
+
+    return [Camera.look_at(root + offset(a), root, focal, width, height) for a in azimuths_deg]
+
+
+def windows(feats: torch.Tensor, W: int, stride: int = WINDOW_STRIDE) -> torch.Tensor:
+    """``[n, W, D]`` windows of ``feats [T, D]`` starting every ``stride`` frames (none if ``T < W``)."""
+    if feats.shape[0] < W:
+        return feats.new_zeros(0, W, feats.shape[1])
+    return feats.unfold(0, W, stride).permute(0, 2, 1).contiguous()
+
+
+def simulated_windows(rec: Record, kset: KeypointSet, cams: list[Camera], W: int) -> torch.Tensor:
+    """Canonical windows ``[n, W, D]`` of the simulated keypoints seen through ``cams``."""
+    kp = rec.stacked("kp3d")
+    out = []
+    for cam in cams:
+        uv, _ = cam.project(kp)
+        out.append(windows(to_canonical(uv, kset).features()[:-1], W))
+    return torch.cat(out)
+
+
+def generated_windows(rec: Record, W: int) -> torch.Tensor:
+    """Windows ``[n, W, D]`` of the raw canonical features the generator handed over."""
+    g = torch.cat(rec.generated, dim=1)
+    return torch.cat([windows(g[v], W) for v in range(g.shape[0])])
+
+
+def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> dict:
+    """Success, 2D error and latency of one run."""
+    err = metrics.reprojection_errors(
+        rec.stacked("uv"), rec.stacked("ref"), rec.stacked("mask"), height
+    )
+    err = err.transpose(0, 1)  # [V, T, K]
+    h = np.asarray(rec.root_height)
+    fell = bool((h < fall_height).any())
+    within = bool(metrics.success(err).all())
+    total = sum(rec.stage_seconds.values())
+    return {
+        "success": within and not fell, "fell": fell,
+        "fall_time_s": float(np.argmax(h < fall_height) / hz) if fell else None,
+        "error_within_bound": within, "error_2d_px": float(metrics.mean_error_2d(err).mean()),
+        "error_2d_px_per_view": [float(x) for x in metrics.mean_error_2d(err)],
+        "max_error_2d_px": float(metrics.max_error_per_frame(err).max()),
+        "generator_ms_per_frame": 1e3 * rec.gen_seconds / max(rec.gen_frames, 1),
+        "steps": len(rec.uv), "chunks": len(rec.chunks),
+        "steps_per_s": len(rec.uv) / max(total, 1e-9),
+        "stage_share": {k: rec.stage_seconds[k] / max(total, 1e-9) for k in STAGES},
+    }  # fmt: skip
+
+
+def table3(
+    episodes: list[dict], sim: torch.Tensor, gen: torch.Tensor, fid_set: FIDSet | None
+) -> dict:
+    """Aggregate episode metrics; FID / diversity over the pooled windows of all episodes."""
+    out = {
+        "episodes": len(episodes),
+        "success_rate": float(np.mean([e["success"] for e in episodes])),
+        "fall_rate": float(np.mean([e["fell"] for e in episodes])),
+        "error_2d_px": float(np.mean([e["error_2d_px"] for e in episodes])),
+        "max_error_2d_px": float(np.max([e["max_error_2d_px"] for e in episodes])),
+        "generator_ms_per_frame": float(np.mean([e["generator_ms_per_frame"] for e in episodes])),
+        "success_threshold_px": metrics.SUCCESS_THRESHOLD_PX,
+    }
+    if fid_set is None:
+        return out
+    ext = fid_set.extractor
+    fr = ext.features(*fid_set.real)
+    out |= fid_set.describe() | {
+        "fid_windows_simulated": int(sim.shape[0]),
+        "fid_windows_generated": int(gen.shape[0]),
+    }
+    for name, w in (("", sim), ("_generated", gen)):
+        if w.shape[0] >= 2:
+            f = ext.features(w)
+            out[f"fid{name}"] = fid(f, fr)
+            out[f"diversity{name}"] = diversity(f)
+        else:  # a run shorter than one window: nothing to compare
+            out[f"fid{name}"] = out[f"diversity{name}"] = None
+    out["diversity_real"] = diversity(fr)
+    return out

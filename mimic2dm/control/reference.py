@@ -1,0 +1,118 @@
+"""Generated 2D motion as the tracker's reference: follow cameras, ``G^-1`` placement and
+re-anchoring (paper 3.4, DESIGN 9).
+
+Canonical motion carries no camera. The controller gives it one: ``V`` virtual pinhole
+cameras that follow the simulated character (:class:`FollowCamera`, views ``v`` at
+azimuth ``a + 90 v`` deg, the geometry of the generator's orthogonal training pairs).
+The cameras are re-placed at each chunk start and held still during the chunk, so the
+generated root velocity means motion over the ground. Each chunk is integrated by
+``G^-1`` from the character's current projection (:func:`anchor_chunk`: root and body
+size), so drift of the generator's open-loop size and position never accumulates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from mimic2dm.generators.data import features_to_pixels
+from mimic2dm.geometry.camera import DEG, look_at, spherical_offset
+from mimic2dm.motion.canonical import body_scale, root_2d
+from mimic2dm.motion.keypoint_sets import KeypointSet
+from mimic2dm.tasks.tracking2d.source import StreamingReference
+from mimic2dm.utils.validate import check
+
+
+@dataclass
+class FollowCamera:
+    """``V`` cameras at a fixed offset from a target (the character's 3D root).
+
+    Attributes:
+        num_views: ``V``; view ``v`` sits at azimuth ``azimuth_deg + 90 v``.
+        azimuth_deg, elevation_deg: world direction from the target to view 0's camera.
+        distance: metres from the target; focal: pixels (square pixels, centred).
+        width, height: image size (pixels).
+    """
+
+    num_views: int = 1
+    azimuth_deg: float = 0.0
+    elevation_deg: float = 10.0
+    distance: float = 5.0
+    focal: float = 1400.0
+    width: int = 1920
+    height: int = 1080
+
+    def __post_init__(self) -> None:
+        check("--views", self.num_views, ge=1, integer=True)
+        check("--distance", self.distance, gt=0)
+        check("--focal", self.focal, gt=0)
+        check("--elevation", self.elevation_deg, gt=-90, lt=90)
+
+    def azimuths(self) -> torch.Tensor:
+        """``[V]`` azimuths (radians)."""
+        return (self.azimuth_deg + 90.0 * torch.arange(self.num_views, dtype=torch.float32)) * DEG
+
+    def place(self, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Cameras looking at ``target [..., 3]``: ``R [..., V, 3, 3]``, ``t [..., V, 3]``, ``k [..., V, 4]``."""
+        target = torch.as_tensor(target, dtype=torch.float32)[..., None, :]
+        az = self.azimuths()
+        el, dist = torch.full_like(az, self.elevation_deg * DEG), torch.full_like(az, self.distance)
+        eye = target + spherical_offset(az, el, dist)
+        R, t = look_at(eye, target.expand_as(eye))
+        k = torch.tensor([self.focal, self.focal, self.width / 2, self.height / 2]).expand(
+            *t.shape[:-1], 4
+        )
+        return R, t, k
+
+
+class ControlReference(StreamingReference):
+    """A :class:`StreamingReference` whose cameras and future frames the controller rewrites.
+
+    At a chunk start the controller moves the cameras (:meth:`set_camera`), drops the
+    frames from the current one on (:meth:`rewind`) and pushes the re-anchored chunk.
+    """
+
+    def set_camera(self, R: torch.Tensor, t: torch.Tensor, k: torch.Tensor) -> None:
+        """New cameras ``R [V, 3, 3]``, ``t [V, 3]``, ``k [V, 4]`` for every env."""
+        N = self.num_envs
+        dev = self.device
+        self.R = R.to(dev, torch.float32).expand(N, *R.shape).clone()
+        self.t = t.to(dev, torch.float32).expand(N, *t.shape).clone()
+        self.k = k.to(dev, torch.float32).expand(N, *k.shape).clone()
+
+    def rewind(self, frame: int) -> None:
+        """Forget frames ``>= frame`` (the next push becomes frame ``frame``)."""
+        if not 0 <= frame <= self.pushed:
+            raise ValueError(f"ControlReference.rewind: frame {frame} not in [0, {self.pushed}]")
+        self.pushed = int(frame)
+
+
+def character_anchor(
+    uv: torch.Tensor, valid: torch.Tensor, kset: KeypointSet
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Root ``[V, 2]`` and body size ``[V]`` (pixels) of the character's projection ``uv [V, K, 2]``."""
+    roots, scales = [], []
+    for v in range(uv.shape[0]):
+        x, m = uv[v : v + 1].float(), valid[v : v + 1].bool()
+        roots.append(root_2d(x, m, kset)[0])
+        scales.append(body_scale(x, m, kset, window=1)[0])
+    return torch.stack(roots), torch.stack(scales)
+
+
+def anchor_chunk(
+    feats: torch.Tensor, root: torch.Tensor, scale: torch.Tensor, kset: KeypointSet
+) -> torch.Tensor:
+    """``G^-1`` of raw canonical features ``[V, n, D]`` started at ``root [V, 2]``, ``scale [V]``.
+
+    The local pose is first re-centred on the keypoint set's root (generated poses are
+    only approximately centred), so frame 0's root is exactly ``root``.
+
+    Returns:
+        ``[V, n, K, 2]`` pixels.
+    """
+    K = kset.num_keypoints
+    local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
+    local = local - local[..., list(kset.root), :].mean(-2, keepdim=True)
+    f = torch.cat([local.reshape(*feats.shape[:2], 2 * K), feats[..., 2 * K :].float()], dim=-1)
+    return torch.stack([features_to_pixels(f[v], root[v], scale[v])[0] for v in range(f.shape[0])])

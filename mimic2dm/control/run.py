@@ -1,0 +1,224 @@
+"""``mimic2dm control``: load the tracker and the generator, run episodes, report Table 3.
+
+With ``random_weights`` the tracker is an untrained network of the default configs
+(``conf/tracker.yaml``) and the generator an untrained one of ``conf/model/<model>.yaml``
+(or, when a checkpoint is given, of that checkpoint's architecture); reports say so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mimic2dm.control.controller import Controller, ControlSettings
+from mimic2dm.control.generator import load_any_generator, random_generator, reinitialised
+from mimic2dm.control.metrics import (
+    episode_metrics,
+    generated_windows,
+    load_fid_set,
+    simulated_windows,
+    table3,
+    tracking_cameras,
+)
+
+PROJECT = Path(__file__).resolve().parents[2]
+DEFAULT_REAL = {"coco17": PROJECT / "runs" / "gen_data" / "cmu_views" / "heldout"}
+"""Real motion for FID per keypoint set: the generators' held-out CMU views (built on first use)."""
+
+
+def random_tracker(character: str = "humanoid", seed: int = 0):
+    """An untrained tracker of the default configs whose observation layout matches the task."""
+    from mimic2dm.engines import load_engine
+    from mimic2dm.engines.base import EngineOptions
+    from mimic2dm.rl.config import network_params, task_spec_from_cfg, train_config
+    from mimic2dm.rl.policy import Policy, build_model
+    from mimic2dm.tasks.tracking2d.observations import observation_2d_size
+    from mimic2dm.train import compose_config
+
+    cfg = compose_config([f"character={character}"])
+    spec = dataclasses.replace(task_spec_from_cfg(cfg, ["(random weights: no data)"]), data=())
+    tc = train_config(cfg)
+    with load_engine(EngineOptions(), character, 1) as e:
+        prop, K, A = _prop_dim(e), e.num_keypoints, e.num_dofs
+    layout = {
+        "prop": prop,
+        "view": observation_2d_size(K, int(spec.config["num_future"])),
+        "views": 1,
+    }
+    torch.manual_seed(seed)
+    params = network_params(tc.network, layout)
+    obs_dim = layout["prop"] + layout["view"]
+    model = build_model(params, obs_dim, A, tc.normalize_value).eval()
+    meta = {
+        "network": params,
+        "obs_dim": obs_dim,
+        "action_dim": A,
+        "normalize_value": tc.normalize_value,
+    }
+    return Policy(model, spec, {}, 0, 0, meta)
+
+
+def _prop_dim(e) -> int:
+    """Size of the tracking task's proprioception for engine ``e``'s character."""
+    from mimic2dm.tasks.tracking2d import observations as O
+
+    s = e.get_state()
+    pos, rot = e.get_body_poses()
+    spec = e.character
+    parents = torch.tensor(spec.tree.parents)
+    key = torch.tensor([e.body_names.index(b) for b in spec.key_bodies])
+    return int(O.proprioception(s.root_pos, s.root_rot, s.root_lin_vel, s.root_ang_vel, rot, parents, s.dof_vel,
+                                pos[:, key]).shape[1])  # fmt: skip
+
+
+def default_pose_canonical(character: str) -> np.ndarray:
+    """The character's default pose seen from the side, as canonical local pose ``[K, 2]``."""
+    from mimic2dm.control.reference import FollowCamera
+    from mimic2dm.engines import load_engine
+    from mimic2dm.engines.base import EngineOptions
+    from mimic2dm.motion.canonical import to_canonical
+    from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+    with load_engine(EngineOptions(), character, 1) as e:
+        kp = e.get_keypoints()[0]
+        kset = load_keypoint_set(e.character.keypoint_set)
+    R, t, k = FollowCamera(1, 90.0).place(kp[list(kset.root)].mean(0))
+    from mimic2dm.geometry.camera import project_points
+
+    uv, _ = project_points(R[0], t[0], k[0], kp)
+    return to_canonical(uv[None], kset).local[0].numpy()
+
+
+def load_models(tracker: str | None, generator: str | None, random_weights: bool, random_model: str = "gpt",
+                character: str = "humanoid", seed: int = 0):  # fmt: skip
+    """``(policy, generator, tracker description)``; with ``random_weights`` untrained ones."""
+    from mimic2dm.rl.policy import load_policy, untrained_policy
+
+    if not random_weights and (tracker is None or generator is None):
+        raise ValueError(
+            "--tracker and --generator are needed (or --random-weights for a smoke run)"
+        )
+    if tracker is not None:
+        policy = load_policy(tracker)
+        policy = untrained_policy(policy, seed) if random_weights else policy
+    else:
+        policy = random_tracker(character, seed)
+    char = policy.env_spec.character
+    if generator is not None:
+        gen = load_any_generator(generator)
+        gen = reinitialised(gen, seed) if random_weights else gen
+    else:
+        from mimic2dm.characters import CHARACTERS
+
+        kset = CHARACTERS.load(char).keypoint_set
+        gen = random_generator(
+            random_model, kset, default_pose_canonical(char), policy.env_spec.control_hz, seed=seed
+        )
+    desc = str(tracker) if tracker is not None else "default configs (conf/tracker.yaml)"
+    return policy, gen, f"random weights ({desc})" if random_weights else desc
+
+
+def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_extractor: str | None = None,
+                real: str | None = None, video: str | None = None, fid: bool = True,
+                tracker_name: str = "") -> dict:  # fmt: skip
+    """Run ``episodes`` controlled runs (seeds ``settings.seed + i``) and report Table 3.
+
+    Args:
+        policy, gen: tracker and generator (:func:`load_models`).
+        settings: the run (``seed`` is the first episode's).
+        fid_extractor: a trained extractor (``fid_extractor.pt`` / run dir); None: untrained.
+        real: directory of real 2D motion for FID (default: the held-out CMU views).
+        video: mp4 of the first episode (view 0 with the generated reference drawn over it).
+        fid: compute FID / diversity.
+    """
+    from mimic2dm.utils.validate import check
+
+    check("--episodes", episodes, ge=1, integer=True)
+    ctl = Controller(policy, gen)
+    kset = ctl.engine.character.keypoint_set
+    fid_set = _fid_set(kset, real, fid_extractor) if fid else None
+    per_ep, sim_w, gen_w = [], [], []
+    try:
+        for i in range(episodes):
+            s = dataclasses.replace(
+                settings, seed=settings.seed + i, record_states=bool(video) and i == 0
+            )
+            rec = ctl.run(s)
+            m = episode_metrics(rec, ctl.hz, ctl.cfg.camera.height, ctl.cfg.fall_height)
+            az = _azimuth(s)
+            per_ep.append({"seed": s.seed, "azimuth_deg": az, **m})
+            if fid_set is not None:
+                W = fid_set.extractor.window
+                cams = tracking_cameras(rec.stacked("kp3d"), _kset(kset), [az + 90 * v for v in range(ctl.V)],
+                                        s.elevation_deg, s.distance, s.focal)  # fmt: skip
+                sim_w.append(simulated_windows(rec, _kset(kset), cams, W))
+                gen_w.append(generated_windows(rec, W))
+            if i == 0 and video:
+                _video(ctl, rec, video)
+    finally:
+        ctl.close()
+    empty = torch.zeros(0)
+    report = table3(
+        per_ep, torch.cat(sim_w) if sim_w else empty, torch.cat(gen_w) if gen_w else empty, fid_set
+    )
+    report |= {
+        "tracker": tracker_name, "generator": gen.source, "generator_type": gen.model_type, "views": gen.num_views,
+        "random_weights": tracker_name.startswith("random weights") or gen.source.startswith("random weights"),
+        "settings": {k: v for k, v in dataclasses.asdict(settings).items() if k != "record_states"},
+        "per_episode": per_ep,
+    }  # fmt: skip
+    return report
+
+
+def _azimuth(s: ControlSettings) -> float:
+    return (
+        s.azimuth_deg
+        if s.azimuth_deg is not None
+        else float(np.random.default_rng(s.seed).uniform(0, 360))
+    )
+
+
+def _kset(name: str):
+    from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+    return load_keypoint_set(name)
+
+
+def _fid_set(kset: str, real: str | None, extractor: str | None):
+    if real is None:
+        if kset not in DEFAULT_REAL:
+            raise ValueError(
+                f"--real: no default real motion for keypoint set {kset!r}; give a directory"
+            )
+        real = str(ensure_default_real(kset))
+    return load_fid_set(real, kset, extractor)
+
+
+def ensure_default_real(kset: str) -> Path:
+    """Build (once) the generators' held-out CMU views (``gen_data=cmu_views``'s held-out spec)."""
+    from omegaconf import OmegaConf
+
+    from mimic2dm.generators.data import ensure_view_dataset, spec_from_config
+
+    build = OmegaConf.load(PROJECT / "conf" / "gen_data" / "cmu_views.yaml").build
+    return ensure_view_dataset(
+        DEFAULT_REAL[kset], spec_from_config(build, "heldout_seed", "heldout_pairs")
+    )
+
+
+def _video(ctl: Controller, rec, path: str) -> None:
+    from mimic2dm.engines.base import SimState
+    from mimic2dm.geometry.camera import Camera
+    from mimic2dm.render import try_render, write_video
+
+    cam = Camera(rec.stacked("cam_R")[:, 0], rec.stacked("cam_t")[:, 0], rec.stacked("cam_k")[:, 0],
+                 ctl.cfg.camera.width, ctl.cfg.camera.height)  # fmt: skip
+    frames = try_render(ctl.spec.character, SimState.cat(rec.states), cam, ctl.spec.objects,
+                        ref_uv=rec.stacked("ref")[:, 0].numpy(), ref_mask=rec.stacked("mask")[:, 0].numpy(),
+                        kset=_kset(ctl.engine.character.keypoint_set))  # fmt: skip
+    if frames is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_video(path, frames, ctl.hz)

@@ -1,0 +1,228 @@
+"""``mimic2dm bench learn``: how fast the tracker learns a clip, with the last checkpoint.
+
+For every clip (a ``conf/data/<clip>.yaml`` recipe: shared mocap projected to one static
+view) and seed, one training run with the default config for ``minutes`` of training
+time (``train.max_seconds``). During training the current policy is evaluated
+deterministically on the whole clip every ``eval_every`` seconds of training (these
+evaluations are not counted in the budget); the first one that succeeds gives the
+time-to-first-success. After training, the **last** checkpoint is evaluated the same way
+(from the clip's first frame, with the initial state training used there): success, mean
+and max 2D error, MPJPE, jitter, next to the reference motion's own jitter. The learning
+curves (evaluation 2D error and mean training episode length against training minutes)
+are saved as a PNG (drawn with PIL) and everything as JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from mimic2dm.utils.reporting import (
+    JsonOption,
+    human_console,
+    library_output_to_log,
+    write_json_report,
+)
+
+DEFAULT_CLIPS = ("cmu_walk", "cmu_run", "cmu_hop")
+CLIP_OVERRIDES = {"dog_trot": ("character=dog",), "dog_pace": ("character=dog",)}
+"""Config overrides a clip needs (the dog clips track the dog): ``--clips dog_trot,dog_pace``."""
+
+
+def reference_jitter(clip_file: str | Path, control_hz: float) -> float:
+    """Jitter (m/s^3) of the clip's own 3D keypoints at the control rate (NaN without 3D)."""
+    from mimic2dm import metrics
+    from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+
+    lib = ReferenceLibrary.from_files([clip_file], control_hz)
+    kp = lib.clips[0].keypoints3d
+    return float("nan") if kp is None else float(metrics.jitter(kp, control_hz))
+
+
+def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: float,
+              overrides: list[str]) -> dict:  # fmt: skip
+    """Train ``clip`` (a ``data`` config name) for ``minutes``; evaluate the last checkpoint."""
+    from mimic2dm.eval import evaluate
+    from mimic2dm.rl.config import task_spec_from_cfg
+    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.rl.policy import Policy
+    from mimic2dm.train import compose_config, train
+
+    cfg = compose_config([
+        f"data={clip}", f"run_dir={run_dir}", f"seed={seed}", f"train.max_seconds={minutes * 60:.3f}",
+        "train.max_epochs=100000000", "logger.wandb=false", "logger.video_every=0", "progress=false",
+        *CLIP_OVERRIDES.get(clip, ()), *overrides,
+    ])  # fmt: skip
+    files = prepare_data(cfg.data, run_dir)
+    spec = task_spec_from_cfg(cfg, files)
+    clock = {"start": None, "eval_s": 0.0, "last_eval": -float("inf")}
+    evals, epoch_t = [], {}
+
+    def train_time() -> float:
+        return time.perf_counter() - clock["start"] - clock["eval_s"]
+
+    def on_epoch(agent) -> None:
+        if clock["start"] is None:
+            clock["start"] = agent._train_start or time.perf_counter()
+        t = train_time()
+        epoch_t[int(agent.epoch_num)] = t
+        if t - clock["last_eval"] < eval_every:
+            return
+        clock["last_eval"] = t
+        t0 = time.perf_counter()
+        rep = evaluate(
+            Policy(agent.model, spec, {}, int(agent.epoch_num), int(agent.frame)), files[:1]
+        )
+        agent.model.train()
+        dt = time.perf_counter() - t0
+        clock["eval_s"] += dt
+        if agent._train_start is not None:
+            agent._train_start += dt  # evaluations are not part of the training budget
+        evals.append({"train_s": t, "epoch": int(agent.epoch_num), "frame": int(agent.frame),
+                      "success_rate": rep["success_rate"], "error_2d_px": rep["error_2d_px"],
+                      "max_error_2d_px": rep["max_error_2d_px"]})  # fmt: skip
+
+    summary = train(cfg, epoch_callback=on_epoch)
+    last = summary["last_checkpoint"]
+    if last is None:
+        raise RuntimeError(f"{run_dir}: training wrote no last.pt")
+    final = evaluate(last, files[:1], json_out=run_dir / "eval_last.json")
+    ref_jitter = reference_jitter(files[0], spec.control_hz)
+    first = next((e["train_s"] for e in evals if e["success_rate"] >= 1.0), None)
+    curve = [{"train_s": epoch_t[h["epoch"]], "episode_length": h.get("episode/length"),
+              "reward": h.get("reward/total")} for h in summary["history"] if h["epoch"] in epoch_t]  # fmt: skip
+    return {
+        "clip": clip, "seed": seed, "minutes": minutes, "run_dir": str(run_dir), "checkpoint": last,
+        "epochs": summary["epochs"], "frames": summary["frames"],
+        "time_to_first_success_s": first, "final_success": final["success_rate"] >= 1.0,
+        "success_rate": final["success_rate"], "error_2d_px": final["error_2d_px"],
+        "max_error_2d_px": final["max_error_2d_px"], "mpjpe_mm": final.get("mpjpe_mm"),
+        "jitter": final["jitter"], "reference_jitter": ref_jitter,
+        "jitter_ratio": final["jitter"] / ref_jitter if ref_jitter > 0 else None,
+        "initial_state": final.get("initial_state"), "evals": evals, "curve": curve,
+    }  # fmt: skip
+
+
+def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_dir: str | Path = "runs/bench_learn",
+                eval_every: float | None = None, overrides: list[str] | None = None) -> dict:  # fmt: skip
+    """Train and evaluate every clip x seed (``seed = 0 .. seeds - 1``); see the module docstring.
+
+    Args:
+        eval_every: training seconds between evaluations (default: ``minutes * 60 / 30``, >= 5 s).
+    """
+    every = eval_every if eval_every is not None else max(5.0, minutes * 60 / 30)
+    stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    runs = [learn_one(c, s, minutes, Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}", every, list(overrides or []))
+            for c in clips for s in range(seeds)]  # fmt: skip
+    return {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": runs}
+
+
+def _fmt(x, spec: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
+
+
+def _table(result: dict) -> Table:
+    table = Table(
+        title=f"learning: {result['minutes']:g} min per run, last checkpoint, deterministic"
+    )
+    cols = ("clip", "seed", "first success (min)", "final success", "2D err (px)", "max 2D err (px)",
+            "MPJPE (mm)", "jitter (m/s^3)", "reference jitter", "jitter / ref")  # fmt: skip
+    for c in cols:
+        table.add_column(c, justify="left" if c == "clip" else "right")
+    for r in result["runs"]:
+        t = r["time_to_first_success_s"]
+        table.add_row(r["clip"], str(r["seed"]), _fmt(None if t is None else t / 60, ".2f"),
+                      "yes" if r["final_success"] else "no", _fmt(r["error_2d_px"]), _fmt(r["max_error_2d_px"]),
+                      _fmt(r["mpjpe_mm"]), _fmt(r["jitter"]), _fmt(r["reference_jitter"]),
+                      _fmt(r["jitter_ratio"], ".2f"))  # fmt: skip
+    return table
+
+
+COLORS = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+]
+
+
+def plot_curves(result: dict, out: str | Path, size: tuple[int, int] = (1000, 700)):
+    """Two panels (evaluation 2D error, training episode length) against training minutes."""
+    from PIL import Image, ImageDraw
+
+    W, H = size
+    img = Image.new("RGB", size, "white")
+    d = ImageDraw.Draw(img)
+    panels = [("eval 2D error (px), dashed: 100 px success bound", "evals", "error_2d_px", 100.0),
+              ("mean training episode length (steps)", "curve", "episode_length", None)]  # fmt: skip
+    tmax = max(
+        [result["minutes"]] + [p["train_s"] / 60 for r in result["runs"] for p in r["curve"]]
+    )
+    ph = (H - 60) // 2
+    for i, (title, key, field, line) in enumerate(panels):
+        x0, y0, x1, y1 = 70, 30 + i * (ph + 30), W - 20, 30 + i * (ph + 30) + ph - 30
+        vals = [p[field] for r in result["runs"] for p in r[key] if p.get(field) is not None]
+        vmax = max(vals + [line or 0.0, 1e-6]) * 1.05
+        d.rectangle([x0, y0, x1, y1], outline="black")
+        d.text((x0, y0 - 14), title, fill="black")
+        for f in (0.0, 0.5, 1.0):
+            yy = y1 - f * (y1 - y0)
+            d.text((5, yy - 6), f"{f * vmax:.0f}", fill="black")
+            xx = x0 + f * (x1 - x0)
+            d.text((xx - 10, y1 + 3), f"{f * tmax:.1f} min", fill="black")
+
+        def sx(t, x0=x0, x1=x1):
+            return x0 + (t / 60) / tmax * (x1 - x0)
+
+        def sy(v, y0=y0, y1=y1, vmax=vmax):
+            return y1 - v / vmax * (y1 - y0)
+
+        if line is not None:
+            for xa in range(x0, x1, 12):
+                d.line([xa, sy(line), min(xa + 6, x1), sy(line)], fill="gray")
+        for j, r in enumerate(result["runs"]):
+            pts = [(sx(p["train_s"]), sy(p[field])) for p in r[key] if p.get(field) is not None]
+            color = COLORS[j % len(COLORS)]
+            if len(pts) > 1:
+                d.line(pts, fill=color, width=2)
+            for px, py in pts if key == "evals" else pts[:0]:
+                d.ellipse([px - 2, py - 2, px + 2, py + 2], fill=color)
+            d.text((x1 - 150, y0 + 5 + 12 * j), f"{r['clip']} seed {r['seed']}", fill=color)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    img.save(out)
+    return img
+
+
+def bench_learn_command(
+    clips: str = typer.Option(
+        ",".join(DEFAULT_CLIPS), help="Comma-separated data configs (conf/data/<name>.yaml)."
+    ),
+    minutes: float = typer.Option(15.0, help="Training minutes per run (train.max_seconds)."),
+    seeds: int = typer.Option(1, help="Seeds per clip (0 .. N-1)."),
+    eval_every: float = typer.Option(
+        0.0, help="Training seconds between evaluations (0: minutes*60/30, >= 5)."
+    ),
+    out_dir: str = typer.Option("runs/bench_learn", help="Where the runs go."),
+    png: str = typer.Option("", "--png", help="Learning-curve picture (PNG)."),
+    override: list[str] = typer.Option(
+        [], "--override", "-o", help="Tracker config override (repeatable)."
+    ),
+    json_out: JsonOption = None,
+) -> None:
+    """Time to first success and the last checkpoint's metrics per clip and seed."""
+    names = [c.strip() for c in clips.split(",") if c.strip()]
+    if not names or seeds < 1 or minutes <= 0:
+        raise typer.BadParameter("need --clips, --seeds >= 1 and --minutes > 0")
+    with library_output_to_log("bench"):
+        result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override)
+    human_console(json_out).print(_table(result))
+    if png:
+        plot_curves(result, png)
+        result["png"] = str(png)
+    write_json_report(result, json_out)

@@ -1,0 +1,207 @@
+"""The hierarchical controller (mimic2dm/control): generator -> G^-1 -> tracker -> engine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mimic2dm.cli import app
+from mimic2dm.control.controller import Controller, ControlSettings, parse_switch
+from mimic2dm.control.reference import FollowCamera, anchor_chunk, character_anchor
+from mimic2dm.control.run import load_models
+from mimic2dm.motion.canonical import root_2d
+from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def models():
+    """Untrained tracker (default configs) and GPT generator (conf/model/gpt.yaml)."""
+    return load_models(None, None, True)[:2]
+
+
+@pytest.fixture(scope="module")
+def real_dir(tmp_path_factory):
+    """A small directory of real 2D motion (CMU clips, one orthogonal view pair each)."""
+    from mimic2dm.generators.data import ViewDatasetSpec, build_view_dataset
+
+    d = tmp_path_factory.mktemp("real")
+    build_view_dataset(d, ViewDatasetSpec(pairs=1, seed=3))
+    return d
+
+
+def test_anchor_known_answer():
+    """G^-1 of a chunk starts at the given root and size: a known pose comes back exactly."""
+    kset = load_keypoint_set("coco17")
+    K = kset.num_keypoints
+    local = torch.randn(K, 2) * 0.3
+    local -= local[list(kset.root)].mean(0)
+    feats = torch.zeros(2, 5, 2 * K + 3)
+    feats[:, :, : 2 * K] = local.reshape(-1)
+    feats[:, :, 2 * K] = 0.1  # root moves 0.1 body sizes per frame to the right
+    root, scale = torch.tensor([[900.0, 600.0], [100.0, 50.0]]), torch.tensor([150.0, 30.0])
+    pix = anchor_chunk(feats, root, scale, kset)
+    assert torch.allclose(pix[:, 0], local * scale[:, None, None] + root[:, None], atol=1e-3)
+    r = root_2d(pix[0], torch.ones(5, K, dtype=torch.bool), kset)
+    assert torch.allclose(r[:, 0] - 900.0, 15.0 * torch.arange(5.0), atol=1e-3)
+
+
+def test_follow_camera_orthogonal_views():
+    R, t, k = FollowCamera(2, 30.0).place(torch.tensor([1.0, 2.0, 1.0]))
+    assert R.shape == (2, 3, 3) and t.shape == (2, 3) and k.shape == (2, 4)
+    # optical axes (third rows) are orthogonal in the ground plane, both aimed at the target
+    assert abs(float(R[0, 2, :2] @ R[1, 2, :2])) < 1e-5
+    cam = -torch.einsum("vji,vj->vi", R, t)
+    assert torch.allclose(
+        (cam - torch.tensor([1.0, 2.0, 1.0])).norm(dim=-1), torch.tensor(5.0), atol=1e-4
+    )
+
+
+def test_reanchoring_and_skill_switch(models):
+    """At every chunk start the reference's root equals the character's projected root and
+    size; a switch changes the condition label at the stated step and starts a chunk."""
+    policy, gen = models
+    ctl = Controller(policy, gen)
+    try:
+        s = ControlSettings(
+            seconds=2.5, skill="walk", switches=[parse_switch("1.5:run")], chunk_frames=20
+        )
+        rec = ctl.run(s)
+    finally:
+        ctl.close()
+    kset = load_keypoint_set("coco17")
+    starts = [c[0] for c in rec.chunks]
+    assert starts == [0, 20, 40, 45, 65]  # 45 = 1.5 s x 30 Hz, then every 20 steps again
+    for step, root, scale, ref_root in rec.chunks:
+        uv, mask = rec.uv[step], rec.mask[step]
+        r, sc = character_anchor(uv, torch.ones_like(mask), kset)
+        assert torch.allclose(ref_root, r, atol=1e-2) and torch.allclose(root, r, atol=1e-3)
+        assert torch.allclose(scale, sc, rtol=1e-4)
+    walk, run = gen.label_id("walk"), gen.label_id("run")
+    assert rec.labels[:45] == [walk] * 45 and rec.labels[45:] == [run] * (len(rec.labels) - 45)
+    assert len(rec.uv) == 75 and all(v > 0 for v in rec.stage_seconds.values())
+
+
+def test_control_cli_smoke(tmp_path, real_dir):
+    """A smoke run with untrained networks writes every Table 3 metric (FID with an untrained extractor)."""
+    out = tmp_path / "control.json"
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--skill", "walk", "--switch", "1:hop",
+                                   "--seconds", "2", "--episodes", "2", "--real", str(real_dir),
+                                   "--json", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    r = json.loads(out.read_text())
+    for key in ("success_rate", "error_2d_px", "fid", "diversity", "fid_generated", "diversity_real",
+                "generator_ms_per_frame", "fid_extractor", "per_episode"):  # fmt: skip
+        assert key in r, key
+    assert r["random_weights"] is True and r["fid_extractor_trained"] is False
+    assert r["episodes"] == 2 and len(r["per_episode"]) == 2
+    assert r["fid"] is not None and r["fid"] >= 0 and r["fid_windows_simulated"] == 8
+    assert 0 < r["error_2d_px"] < 1e4 and r["generator_ms_per_frame"] > 0
+
+
+@pytest.mark.slow
+def test_control_cli_video(tmp_path, gl_backend):
+    """``--video`` renders the character with the generated reference drawn over it."""
+    out, video = tmp_path / "control.json", tmp_path / "control.mp4"
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--seconds", "1", "--no-fid",
+                                   "--json", str(out), "--video", str(video)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert video.is_file() and video.stat().st_size > 1000
+    import imageio.v2 as imageio
+
+    assert len(imageio.mimread(str(video))) == 30
+
+
+def test_control_cli_errors(tmp_path):
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--switch", "oops", "--no-fid"])
+    assert res.exit_code == 1 and "--switch 'oops'" in res.output
+    res = CliRunner().invoke(
+        app, ["control", "--random-weights", "--skill", "fly", "--no-fid", "--seconds", "1"]
+    )
+    assert res.exit_code == 1 and "fly" in res.output and "walk" in res.output
+    res = CliRunner().invoke(app, ["control", "--no-fid"])
+    assert res.exit_code == 1 and "--tracker" in res.output
+
+
+def test_bench_control_prints_table(tmp_path):
+    out = tmp_path / "bench.json"
+    res = CliRunner().invoke(app, ["bench", "control", "--seconds", "1", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    r = json.loads(out.read_text())
+    assert r["steps"] == 30 and r["steps_per_s"] > 0
+    assert abs(r["realtime_factor"] - r["steps_per_s"] / 30.0) < 1e-9
+    assert abs(sum(r["stage_share"].values()) - 1.0) < 1e-6
+
+
+def test_bench_control_table_on_console():
+    res = CliRunner().invoke(app, ["bench", "control", "--seconds", "0.5"])
+    assert res.exit_code == 0, res.output
+    for word in ("generator", "g_inverse", "policy", "physics", "real time"):
+        assert word in res.output
+
+
+@pytest.mark.slow
+def test_rollouts_feed_generator_loader_and_checkpoint_drives_control(tmp_path, models):
+    """A tiny trained tracker checkpoint tracks a single-view clip; the written multi-view
+    clips load through the generators' data loader with the source's label. The same
+    checkpoint is driven by the generator (the checkpoint path of ``control``)."""
+    from mimic2dm.generators.data import load_clips
+    from rl_helpers import tiny_config, write_demo
+
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.train import train
+
+    clip = write_demo(
+        tmp_path / "clip.npz", seconds=1.5
+    )  # one static view, label skill=march_squat
+    train(tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "logger.video_every=0",
+                      "logger.tensorboard=false"))  # fmt: skip
+    ck = tmp_path / "run" / "checkpoints" / "last.pt"
+    out = tmp_path / "rollouts"
+    res = CliRunner().invoke(app, ["rollouts", str(ck), "--data", str(clip), "--views", "2", "--out", str(out),
+                                   "--sets", "2", "--json", str(tmp_path / "r.json")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    clips = load_clips(out)
+    assert clips.num_items == 4 and clips.label_names == ["march_squat"]
+    m = load_motion2d(sorted(out.glob("*.npz"))[0])
+    assert (
+        m.num_views == 2
+        and m.keypoints3d is not None
+        and m.meta["rollout_success"] in (True, False)
+    )
+    # the geometry of the generators' training pairs: orthogonal optical axes in the ground plane
+    R = m.camera_R[:, 0]
+    assert abs(float(R[0, 2, :2] @ R[1, 2, :2])) < 0.02  # dynamic cameras pan: nearly orthogonal
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["files"] == 2 and len(manifest["rollouts"]) == 1
+
+    from mimic2dm.rl.policy import load_policy
+
+    ctl = Controller(load_policy(ck), models[1])
+    try:
+        rec = ctl.run(ControlSettings(seconds=1.0, skill="hop"))
+    finally:
+        ctl.close()
+    assert len(rec.uv) == 30 and len(rec.chunks) == 1
+
+
+def test_project_views_matches_generator_pairs():
+    """``rollouts``' projection equals the generators' orthogonal pair builder for V = 2."""
+    import numpy as np
+    from mimic2dm.generators.data import DEFAULT_MOCAP_DIR, ViewDatasetSpec, _pair
+
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.control.rollouts import project_views
+    from mimic2dm.motion.synth import resample
+
+    c = load_mocap_keypoints(DEFAULT_MOCAP_DIR / "cmu_walk.npz")
+    kp3 = resample(c.keypoints, c.fps, 30.0)[:40]
+    for mode in ("static", "tracking", "dynamic"):
+        a = _pair(kp3, c.keypoint_set, 30.0, mode, 37.0, 11, ViewDatasetSpec(), "walk")
+        b = project_views(kp3, c.keypoint_set, 30.0, 2, mode, 37.0, 11, {"skill": "walk"})
+        np.testing.assert_allclose(a.keypoints, b.keypoints, atol=1e-4)
+        np.testing.assert_allclose(a.camera_R, b.camera_R, atol=1e-6)

@@ -1,0 +1,35 @@
+"""`mimic2dm bench learn` with a tiny budget: table, JSON and PNG are produced, numbers sane."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mimic2dm.cli import app
+
+MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (MOCAP / "cmu_run.npz").is_file(), reason="shared mocap missing")
+def test_bench_learn_tiny_budget(tmp_path):
+    out, png = tmp_path / "learn.json", tmp_path / "learn.png"
+    res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_run", "--minutes", "0.15", "--seeds", "1",
+                                   "--eval-every", "3", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
+                                   "--png", str(png), "-o", "train.num_envs=16", "-o", "logger.tensorboard=false"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "last checkpoint" in res.output and "cmu_" in res.output
+    r = json.loads(out.read_text())["runs"][0]
+    assert r["checkpoint"].endswith("last.pt") and Path(r["checkpoint"]).is_file()
+    assert r["initial_state"] == "reference_3d"
+    assert 0 < r["error_2d_px"] <= r["max_error_2d_px"] < 1e4
+    assert r["mpjpe_mm"] > 0 and r["jitter"] > 0 and r["reference_jitter"] > 0
+    assert math.isclose(r["jitter_ratio"], r["jitter"] / r["reference_jitter"])
+    assert r["evals"] and all(e["train_s"] >= 0 for e in r["evals"])
+    # the last periodic evaluation of the same weights matches the final one (deterministic)
+    assert r["time_to_first_success_s"] is None or r["time_to_first_success_s"] <= 0.15 * 60 + 60
+    assert png.stat().st_size > 2000

@@ -1,0 +1,257 @@
+"""Preprocessing (paper B.1): ``data strip``, ``mimic2dm preprocess`` on stripped synthetic
+clips of the shared CMU mocap, the new clip fields and their validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mimic2dm.characters.clips import load_mocap_keypoints
+from mimic2dm.characters.registry import load_character
+from mimic2dm.cli import app
+from mimic2dm.motion.format import MotionFormatError, load_motion2d, load_motion3d, save_motion2d
+from mimic2dm.motion.synth import resample, synthesize_views
+from mimic2dm.preprocess.clipio import VIDEO_FIELDS, strip_clip
+from mimic2dm.preprocess.kinematics import CharacterModel
+from mimic2dm.preprocess.optimize import PreprocessConfig, velocities
+
+MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+needs_mocap = pytest.mark.skipif(
+    not MOCAP.is_dir(), reason=f"shared mocap clips not found at {MOCAP}"
+)
+runner = CliRunner()
+
+
+def _synth(name: str, seconds: float | None = None, fps: float = 30.0, **kw):
+    k3 = load_mocap_keypoints(MOCAP / f"{name}.npz")
+    kp = resample(k3.keypoints, k3.fps, fps)
+    if seconds is not None:
+        kp = kp[: int(seconds * fps)]
+    return synthesize_views(kp, k3.keypoint_set, fps, seed=kw.pop("seed", 0), **kw)
+
+
+def _run(args: list[str]):
+    res = runner.invoke(app, args)
+    return res.exit_code, res.output + (res.stderr if res.stderr_bytes is not None else "")
+
+
+# ----------------------------------------------------------------------------- kinematics
+@pytest.mark.parametrize("character", ["humanoid", "dog"])
+def test_batched_kinematics_matches_the_character_tree_and_its_jacobian(character):
+    spec = load_character(character)
+    m = CharacterModel(spec)
+    g = torch.Generator().manual_seed(0)
+    pos = torch.randn(5, 3, generator=g, dtype=torch.float64)
+    quat = torch.nn.functional.normalize(
+        torch.randn(5, 4, generator=g, dtype=torch.float64), dim=-1
+    )
+    dof = (torch.rand(5, spec.num_dof, generator=g, dtype=torch.float64) - 0.5) * 2
+    kp, contact = m.forward(pos, quat, dof)
+    ref = spec.tree.keypoints(spec.site_offsets, pos, quat, dof)
+    assert torch.allclose(kp, ref, atol=1e-6)  # constants are stored as float32
+    assert contact.shape[-2] == m.contact_radius.shape[0] > 0
+    # geometric Jacobian of the keypoints w.r.t. joint angles == finite differences
+    kp0, _, _, axes, piv = m.jacobian_parts(pos[0], quat[0], dof[0])
+    ana = torch.cross(axes[:, None], kp0[None] - piv[:, None], dim=-1) * m.site_below[..., None]
+    num = torch.stack([(m.forward(pos[0], quat[0], dof[0] + 1e-6 * torch.eye(spec.num_dof, dtype=torch.float64)[j])[0] - kp0) / 1e-6
+                       for j in range(spec.num_dof)])  # fmt: skip
+    assert torch.allclose(ana, num, atol=1e-5)
+    # joint angles are projected onto the MJCF's limits
+    clamped = m.clamp(torch.full((spec.num_dof,), 10.0))
+    assert torch.allclose(clamped, m.upper)
+
+
+def test_velocities_are_finite_differences_in_the_world_frame():
+    T, fps = 5, 10.0
+    pos = torch.arange(T, dtype=torch.float32)[:, None] * torch.tensor([0.1, 0.0, 0.0])
+    yaw = torch.arange(T, dtype=torch.float32) * 0.05  # 0.5 rad/s about z
+    quat = torch.stack([torch.zeros(T), torch.zeros(T), torch.sin(yaw / 2), torch.cos(yaw / 2)], -1)
+    dof = torch.arange(T, dtype=torch.float32)[:, None].expand(T, 3) * 0.2
+    lin, ang, dvel = velocities(pos, quat, dof, fps)
+    assert torch.allclose(lin[:, 0], torch.ones(T)) and torch.allclose(
+        dvel, torch.full((T, 3), 2.0)
+    )
+    assert torch.allclose(ang, torch.tensor([0.0, 0.0, 0.5]).expand(T, 3), atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- strip
+@needs_mocap
+def test_strip_drops_every_3d_and_camera_field_and_keeps_the_rest(tmp_path):
+    ball = np.zeros((30, 3))
+    ball[:, 0] = np.linspace(0, 1, 30)
+    m = _synth("cmu_walk", seconds=1.0, object3d=ball, labels={"skill": "walk"})
+    src, out = tmp_path / "gt.npz", tmp_path / "stripped.npz"
+    save_motion2d(m, src)
+    code, text = _run(["data", "strip", str(src), "--out", str(out)])
+    assert code == 0, text
+    s = load_motion2d(out)
+    for name in ("camera_R", "camera_t", "camera_intrinsics", "keypoints3d", "object3d", "est_keypoints3d",
+                 "init_root_pos", "init_dof_pos", "init_character"):  # fmt: skip
+        assert getattr(s, name) is None, name
+    for name in ("keypoints", "confidence", "object_center", "object_confidence"):
+        np.testing.assert_array_equal(getattr(s, name), getattr(m, name))
+    assert (s.keypoint_set, s.fps, s.image_size, s.labels) == (
+        m.keypoint_set,
+        m.fps,
+        m.image_size,
+        m.labels,
+    )
+    assert s.meta["stripped_from"] == str(src) and s.meta["camera_mode"] == "static"
+    assert "labels" in VIDEO_FIELDS and "camera_R" not in VIDEO_FIELDS
+
+
+# ----------------------------------------------------------------------------- preprocess
+def _preprocess(tmp_path, m, extra: list[str] = (), character="humanoid"):
+    gt, clip = tmp_path / "gt.npz", tmp_path / "clip.npz"
+    save_motion2d(m, gt)
+    save_motion2d(strip_clip(m, str(gt)), clip)
+    report = tmp_path / "report.json"
+    args = ["preprocess", str(clip), "--character", character, "--out", str(tmp_path / "out"),
+            "--gt", str(gt), "--json", str(report), "--threads", "1", "--no-progress", *extra]  # fmt: skip
+    code, text = _run(args)
+    assert code == 0, text
+    return json.loads(report.read_text())["clips"][0], tmp_path / "out"
+
+
+@needs_mocap
+def test_preprocess_short_clip_fast(tmp_path):
+    """CI-sized: 1 s of the walk, few hypotheses and iterations; loose thresholds."""
+    m = _synth("cmu_walk", seconds=1.0)
+    r, out = _preprocess(tmp_path, m, ["--headings", "2", "--iters", "20"])
+    assert r["reprojection_px"] < 8.0
+    assert r["mpjpe_mm"] < 150.0
+    est = load_motion2d(out / "clip.npz")
+    assert est.keypoints3d is None  # reserved for ground truth
+    assert est.has_cameras and est.camera_R.shape == (1, 1, 3, 3)
+    assert est.est_keypoints3d.shape == (m.num_frames, 17, 3)
+    assert est.init_character == "humanoid" and est.init_dof_pos.shape == (m.num_frames, 28)
+    spec = load_character("humanoid")
+    lo, hi = spec.joint_range[:, 0], spec.joint_range[:, 1]
+    assert (est.init_dof_pos >= lo - 1e-5).all() and (est.init_dof_pos <= hi + 1e-5).all()
+    m3 = load_motion3d(out / "clip_motion3d.npz")
+    assert m3.character == "humanoid" and m3.num_frames == m.num_frames
+    np.testing.assert_allclose(m3.dof_pos, est.init_dof_pos)
+    # the feet stand on the ground (z = 0): the lowest contact of most frames is near it
+    assert np.median(est.est_keypoints3d[..., 2].min(-1)) < 0.2
+
+
+@needs_mocap
+@pytest.mark.parametrize(("noise", "mpjpe"), [(0.0, 80.0), (3.0, 100.0)])
+def test_preprocess_walk_meets_the_accuracy_targets(tmp_path, noise, mpjpe):
+    """The issue's targets on cmu_walk, static camera, focal unknown to the optimiser."""
+    m = _synth("cmu_walk", noise_px=noise, drop_prob=0.1 if noise else 0.0)
+    r, _ = _preprocess(tmp_path, m)
+    assert r["reprojection_gt_px" if noise else "reprojection_px"] <= 5.0
+    assert r["mpjpe_mm"] <= mpjpe
+    assert r["camera_rotation_deg"] < 10.0
+
+
+@needs_mocap
+def test_preprocess_dog_and_dynamic_camera_run(tmp_path):
+    m = _synth("dog_trot")
+    r, out = _preprocess(tmp_path, m, ["--headings", "4"], character="dog")
+    assert r["reprojection_px"] < 10.0 and r["mpjpe_mm"] < 150.0
+    assert load_motion2d(out / "clip.npz").init_dof_pos.shape[1] == 12
+    m = _synth("cmu_walk", seconds=1.5, camera="dynamic")
+    r, out = _preprocess(tmp_path / "dyn", m, ["--camera", "dynamic", "--headings", "2"])
+    assert load_motion2d(out / "clip.npz").camera_R.shape[1] == m.num_frames
+    assert r["reprojection_px"] < 10.0
+
+
+# ----------------------------------------------------------------------------- bad input
+@needs_mocap
+def test_bad_input_is_a_clear_error(tmp_path):
+    m = _synth("cmu_walk", seconds=1.0)
+    clip, two = tmp_path / "clip.npz", tmp_path / "two.npz"
+    save_motion2d(strip_clip(m), clip)
+    save_motion2d(_synth("cmu_walk", seconds=1.0, num_views=2), two)
+    out = str(tmp_path / "out")
+    cases = [
+        (["preprocess", str(tmp_path / "nope.npz"), "--out", out], "nope.npz"),
+        (["preprocess", str(clip), "--out", out, "--character", "dog"], "keypoint_set"),
+        (["preprocess", str(two), "--out", out], "--view"),
+        (["preprocess", str(clip), "--out", out, "--gt", str(clip)], "camera_R"),
+        (["preprocess", str(clip), "--out", out, "--focal", "-3"], "--focal"),
+        (["preprocess", str(clip), "--out", out, "--camera", "orbit"], "--camera"),
+        (["data", "strip", str(tmp_path / "nope.npz"), "--out", out], "nope.npz"),
+    ]
+    for args, needle in cases:
+        code, text = _run(args)
+        assert code != 0 and needle in text, (args, text)
+    with pytest.raises(ValueError, match="focal"):
+        PreprocessConfig(focal=0.0)
+
+
+# ----------------------------------------------------------------------------- file fields
+def _with_states(m, T: int, J: int = 28):
+    m.est_keypoints3d = np.zeros((T, 17, 3), np.float32)
+    m.init_character = "humanoid"
+    m.init_root_pos = np.zeros((T, 3), np.float32)
+    m.init_root_quat = np.tile(np.array([0, 0, 0, 1], np.float32), (T, 1))
+    m.init_root_lin_vel = m.init_root_ang_vel = np.zeros((T, 3), np.float32)
+    m.init_dof_pos = m.init_dof_vel = np.zeros((T, J), np.float32)
+    return m
+
+
+@needs_mocap
+def test_data_check_validates_the_new_fields(tmp_path):
+    m = _synth("cmu_walk", seconds=1.0)
+    T = m.num_frames
+    good = tmp_path / "good.npz"
+    save_motion2d(_with_states(strip_clip(m), T), good)
+    back = load_motion2d(good)
+    assert back.has_initial_states and back.init_character == "humanoid"
+    code, text = _run(["data", "check", str(good)])
+    assert code == 0, text
+    bad_cases = {
+        "init_dof_pos": lambda x: setattr(x, "init_dof_pos", np.zeros((T, 12), np.float32)),
+        "init_root_quat": lambda x: setattr(x, "init_root_quat", np.zeros((T, 4), np.float32)),
+        "init_root_lin_vel": lambda x: setattr(x, "init_root_lin_vel", None),
+        "init_character": lambda x: setattr(x, "init_character", "robot"),
+        "est_keypoints3d": lambda x: setattr(
+            x, "est_keypoints3d", np.zeros((T + 1, 17, 3), np.float32)
+        ),
+    }
+    for field, spoil in bad_cases.items():
+        x = _with_states(strip_clip(m), T)
+        spoil(x)
+        with pytest.raises(MotionFormatError) as e:
+            x.validate()
+        assert e.value.field == field
+        # the same error from a file through `data check`
+        arrays = dict(np.load(good))
+        arrays.update(
+            {n: v for n, v in vars(x).items() if n.startswith(("init_", "est_")) and v is not None}
+        )
+        if field == "init_root_lin_vel":
+            arrays.pop("init_root_lin_vel")
+        bad = tmp_path / f"bad_{field}.npz"
+        np.savez(bad, **arrays)
+        code, text = _run(["data", "check", str(bad)])
+        assert code == 1 and field in text, (field, text)
+
+
+@needs_mocap
+def test_training_refuses_a_clip_without_cameras_and_says_to_preprocess(tmp_path):
+    from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+
+    clip = tmp_path / "video.npz"
+    save_motion2d(strip_clip(_synth("cmu_walk", seconds=1.0)), clip)
+    with pytest.raises(ValueError, match="mimic2dm preprocess"):
+        ReferenceLibrary.from_files([clip], 30.0)
+
+
+def test_bench_preprocess_reports_both_runs(tmp_path):
+    out = tmp_path / "bench.json"
+    code, text = _run(["bench", "preprocess", "--seconds", "1", "--repeats", "1", "--headings", "2",
+                       "--json", str(out)])  # fmt: skip
+    assert code == 0, text
+    r = json.loads(out.read_text())
+    assert r["frames"] == 30 and r["threads"] == 1
+    for name in ("all_hypotheses", "one_hypothesis"):
+        assert r[name]["frames_per_s"] > 0 and "seconds_hypotheses" in r[name]["stages_s"]

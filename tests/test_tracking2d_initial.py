@@ -1,0 +1,159 @@
+"""Initial states of the tracking task from 3D poses (issue 10 section 2): the reference's own
+pose fitted by IK, preprocessed states first, the default pose without 3D; evaluation and
+training start from them."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.registry import build_engine
+from mimic2dm.tasks.tracking2d.initial import (
+    fit_reference_poses,
+    initial_state_sources,
+    initial_states,
+)
+from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+
+from mimic2dm.characters import load_character
+from mimic2dm.motion.format import load_motion2d, save_motion2d
+from mimic2dm.motion.synth import synthesize_views
+
+MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+pytestmark = pytest.mark.skipif(not (MOCAP / "cmu_walk.npz").is_file(), reason="shared mocap missing")
+
+# tolerances on the keypoints the initial states reproduce (metres): the humanoid has the
+# mocap's skeleton (IK is exact up to its 1 mm stopping tolerance); the dog's model only
+# approximates the dog mocap's proportions
+TOL = {"humanoid": (0.002, 0.010), "dog": (0.030, 0.090)}  # (mean, max)
+
+
+def _clip(tmp: Path, mocap: str, step: int) -> Path:
+    """A short single-view synthetic clip of every ``step``-th mocap frame (at 60/step fps)."""
+    from mimic2dm.characters.clips import load_mocap_keypoints
+
+    k = load_mocap_keypoints(MOCAP / f"{mocap}.npz")
+    kp = k.keypoints[: 24 * step : step]
+    m = synthesize_views(kp, k.keypoint_set, k.fps / step, num_views=1, camera="static", seed=0)
+    path = tmp / f"{mocap}.npz"
+    save_motion2d(m, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("init")
+    return {"humanoid": _clip(tmp, "cmu_walk", 6), "dog": _clip(tmp, "dog_trot", 4)}
+
+
+def _library(path: Path) -> ReferenceLibrary:
+    m = load_motion2d(path)
+    return ReferenceLibrary.from_files([path], m.fps)
+
+
+@pytest.mark.parametrize("character", ["humanoid", "dog"])
+def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
+    lib = _library(clips[character])
+    F = lib.total_frames
+    engine = build_engine(TaskSpec("tracking2d", character, data=(str(clips[character]),)), F)
+    assert initial_state_sources(lib, engine.character) == ["reference_3d"]
+    st = initial_states(lib, engine.default_state(1), engine.character)
+    engine.reset(torch.arange(F), st)
+    err = (engine.get_keypoints() - lib.clips[0].keypoints3d).norm(dim=-1)  # MuJoCo's own keypoints
+    mean_tol, max_tol = TOL[character]
+    assert float(err.mean()) < mean_tol and float(err.max()) < max_tol, (float(err.mean()), float(err.max()))
+    for f in ("root_lin_vel", "root_ang_vel", "dof_vel"):
+        assert torch.isfinite(getattr(st, f)).all()
+    # the root moves with the reference: finite differences of the keypoint root agree
+    root = lib.clips[0].keypoints3d[:, list(lib.kset.root)].mean(1)
+    ref_v = torch.gradient(root, spacing=1.0 / lib.control_hz, dim=0)[0]
+    assert float((st.root_lin_vel[:, :2] - ref_v[:, :2]).norm(dim=-1).median()) < 0.3
+    assert float(st.dof_vel.abs().max()) > 0.1  # the limbs move: not a frozen pose
+
+
+def test_default_pose_mode_and_clips_without_3d(clips, tmp_path):
+    spec = load_character("humanoid")
+    lib = _library(clips["humanoid"])
+    template = build_engine(TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1).default_state(1)
+    st = initial_states(lib, template, spec, "default_pose")
+    assert initial_state_sources(lib, spec, "default_pose") == ["default_pose"]
+    assert torch.allclose(st.dof_pos, torch.tensor(spec.default_pose.dof_pos, dtype=torch.float32).expand_as(st.dof_pos))
+    m = load_motion2d(clips["humanoid"])
+    m.keypoints3d = None
+    save_motion2d(m, tmp_path / "no3d.npz")
+    lib2 = _library(tmp_path / "no3d.npz")
+    assert initial_state_sources(lib2, spec) == ["default_pose"]
+    with pytest.raises(ValueError, match="task.initial_state"):
+        initial_state_sources(lib, spec, "zero")
+
+
+def test_preprocessed_states_take_precedence(clips, tmp_path):
+    spec = load_character("humanoid")
+    lib = _library(clips["humanoid"])
+    fit = fit_reference_poses(lib.clips[0].keypoints3d, spec, lib.control_hz)
+    m = load_motion2d(clips["humanoid"])
+    m.init_character = "humanoid"
+    for k, v in fit.items():
+        x = v.numpy().astype(np.float64)
+        setattr(m, f"init_{k}", x + 0.25 if k == "root_pos" else x)  # marked: 25 cm off the fit
+    save_motion2d(m, tmp_path / "pre.npz")
+    lib2 = _library(tmp_path / "pre.npz")
+    assert initial_state_sources(lib2, spec) == ["preprocessed"]
+    template = build_engine(TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1).default_state(1)
+    st = initial_states(lib2, template, spec)
+    assert torch.allclose(st.root_pos, fit["root_pos"] + 0.25, atol=1e-5)
+    assert torch.allclose(st.dof_pos, fit["dof_pos"], atol=1e-5)
+
+
+class HoldPose:
+    def __init__(self, spec):
+        self.env_spec = spec
+
+    def act(self, obs, deterministic=True):
+        return torch.zeros(obs.shape[0], 28)
+
+
+def test_evaluation_starts_from_and_records_the_initial_state(clips):
+    from mimic2dm.eval import evaluate
+
+    path = clips["humanoid"]
+    fps = load_motion2d(path).fps
+    auto = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps)
+    rep = evaluate(HoldPose(auto), [path])
+    assert rep["initial_state"] == "reference_3d" and rep["sequences"][0]["initial_state"] == "reference_3d"
+    std = dataclasses.replace(auto, config={"initial_state": "default_pose"})
+    rep2 = evaluate(HoldPose(std), [path])
+    assert rep2["initial_state"] == "default_pose"
+    # frame 0 starts on the reference, so the first frames track it far better than standing
+    assert rep["sequences"][0]["max_error_2d_px"] != rep2["sequences"][0]["max_error_2d_px"]
+
+
+def test_a_short_training_run_starts_from_the_reference_poses(clips, tmp_path):
+    from rl_helpers import tiny_config
+
+    from mimic2dm.train import train
+
+    path = clips["humanoid"]
+    fps = load_motion2d(path).fps
+    seen = {}
+
+    def grab(agent):
+        task = agent.vec_env.task
+        seen["states"] = {k: v.clone() for k, v in task.asi.states.items()}
+        seen["scores"] = task.asi.scores.clone()
+        seen["sources"] = task.source.initial_state_sources
+
+    cfg = tiny_config(tmp_path / "run", path, "train.max_epochs=1", f"task.control_hz={fps}")
+    train(cfg, epoch_callback=grab)
+    assert seen["sources"] == ["reference_3d"]
+    lib = _library(path)
+    fit = fit_reference_poses(lib.clips[0].keypoints3d, load_character("humanoid"), lib.control_hz)
+    first_fill = ~torch.isfinite(seen["scores"])  # slots no rollout state replaced yet
+    f, s = torch.nonzero(first_fill, as_tuple=True)
+    assert f.numel() > 0
+    assert torch.allclose(seen["states"]["dof_pos"][f, s], fit["dof_pos"][f], atol=1e-5)
+    assert torch.allclose(seen["states"]["root_pos"][f, s], fit["root_pos"][f], atol=1e-5)
