@@ -206,7 +206,8 @@ class TaskEntry:
     upgrade_spec: Callable[[dict], dict] | None = None
 
     def parse_config(self, values: Mapping | None, where: str | None = None) -> Any:
-        """The task config dataclass from plain ``values`` (unknown keys / bad types raise)."""
+        """The task config dataclass from plain ``values`` (``ConfigError`` naming ``task.<key>``
+        on unknown keys, bad types or values out of range)."""
         from mimic2dm.utils.config import from_mapping
 
-        return from_mapping(self.config_cls, dict(values or {}), where or f"task {self.name!r}")
+        return from_mapping(self.config_cls, dict(values or {}), where or "task")

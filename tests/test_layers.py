@@ -83,19 +83,7 @@ ALLOWED: dict[tuple[str, str], str] = {
 # Violations added by work in progress at the time of the layering change (issue 9), each
 # with the fix it needs; tolerated here so the rest is enforced, and reported as stale (so
 # it is removed) as soon as the import is gone.
-PENDING: dict[tuple[str, str], str] = {
-    (
-        "mimic2dm.rl.data",
-        "mimic2dm.motion.cli",
-    ): "call characters.dribble_clip, not the CLI command",
-    ("mimic2dm.tasks.tracking2d.initial", "mimic2dm.preprocess.optimize"): (
-        "velocities(): a pure finite difference; move it below both (geometry or characters)"
-    ),
-    (
-        "mimic2dm.tasks.tracking3d.reference",
-        "mimic2dm.preprocess.optimize",
-    ): "velocities(): as above",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 # ---------------------------------------------------------------------------- the graph

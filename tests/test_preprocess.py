@@ -18,7 +18,8 @@ from mimic2dm.motion.format import MotionFormatError, load_motion2d, load_motion
 from mimic2dm.motion.synth import resample, synthesize_views
 from mimic2dm.preprocess.clipio import VIDEO_FIELDS, strip_clip
 from mimic2dm.preprocess.kinematics import CharacterModel
-from mimic2dm.preprocess.optimize import PreprocessConfig, velocities
+from mimic2dm.geometry.rotations import state_velocities as velocities
+from mimic2dm.preprocess.optimize import PreprocessConfig
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
 needs_mocap = pytest.mark.skipif(

@@ -211,6 +211,28 @@ def compose_dribble(
     return Dribble(kp.astype(np.float32), track.astype(np.float32), kicks, ball.radius, info)
 
 
+def dribble_clip(mocap, *, views: int = 1, seed: int = 0, seconds: float = 10.0,
+                 camera: str = "tracking"):
+    """A synthetic dribble clip from a running or walking mocap file, projected through
+    ``views`` virtual cameras (what ``mimic2dm data dribble`` writes).
+
+    Returns:
+        ``(Motion2D, Dribble)``: the clip (body keypoints, ball centre and box) and the
+        composed dribble.
+    """
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.motion.synth import synthesize_views
+
+    clip = load_mocap_keypoints(mocap)
+    d = compose_dribble(clip.keypoints, clip.keypoint_set, clip.fps, seconds=seconds)
+    meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps,
+            "dribble": {**d.info, "ball_radius": d.radius, "generator": __name__}}  # fmt: skip
+    m = synthesize_views(d.keypoints3d, clip.keypoint_set, clip.fps, num_views=views, camera=camera,
+                         seed=seed, object3d=d.ball, object_radius=d.radius,
+                         labels={"skill": "dribble"}, meta=meta)  # fmt: skip
+    return m, d
+
+
 def ball_distance(d: Dribble) -> np.ndarray:
     """``[T]`` ground distance (m) from the character's root to the ball."""
     root = root_trajectory(d.keypoints3d.astype(np.float64), "coco17")

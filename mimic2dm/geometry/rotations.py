@@ -253,3 +253,19 @@ def quat_angle_between(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Rotation angle ``[...]`` (radians, in [0, pi]) of ``a^-1 b``."""
     d = quat_mul(quat_conjugate(a), b)
     return 2.0 * torch.atan2(d[..., :3].norm(dim=-1), d[..., 3].abs())
+
+
+def state_velocities(root_pos, root_quat, dof_pos, fps: float):
+    """Finite-difference ``(root_lin_vel [T, 3], root_ang_vel [T, 3] world, dof_vel [T, J])``."""
+    T = root_pos.shape[0]
+    if T < 2:
+        z = torch.zeros_like
+        return z(root_pos), z(root_pos), z(dof_pos)
+    lin = torch.gradient(root_pos, spacing=1.0 / fps, dim=0)[0]
+    dof_vel = torch.gradient(dof_pos, spacing=1.0 / fps, dim=0)[0]
+    nxt = torch.cat([root_quat[1:], root_quat[-1:]])
+    prv = torch.cat([root_quat[:1], root_quat[:-1]])
+    steps = torch.full((T, 1), 2.0, dtype=root_pos.dtype)
+    steps[0], steps[-1] = 1.0, 1.0
+    ang = quat_to_exp_map(quat_mul(nxt, quat_conjugate(prv))) * fps / steps
+    return lin, ang, dof_vel

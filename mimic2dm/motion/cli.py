@@ -370,24 +370,16 @@ def dribble(
 
     A stand-in for real dribbling clips (``mimic2dm extract`` detects the ball in your videos).
     """
-    from mimic2dm.characters.clips import load_mocap_keypoints
-    from mimic2dm.characters.dribble_clip import compose_dribble
+    from mimic2dm.characters.dribble_clip import dribble_clip
     from mimic2dm.geometry.virtual import CAMERA_MODES
-    from mimic2dm.motion.synth import synthesize_views
 
     if camera not in CAMERA_MODES:
         raise typer.BadParameter(f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera")
     try:
-        clip = load_mocap_keypoints(mocap)
-        d = compose_dribble(clip.keypoints, clip.keypoint_set, clip.fps, seconds=seconds)
+        m, d = dribble_clip(mocap, views=views, seed=seed, seconds=seconds, camera=camera)
     except (OSError, ValueError, KeyError) as e:
         _error(f"{mocap}: {e}")
         raise typer.Exit(1) from None
-    meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps,
-            "dribble": {**d.info, "ball_radius": d.radius, "generator": "mimic2dm.characters.dribble_clip"}}  # fmt: skip
-    m = synthesize_views(d.keypoints3d, clip.keypoint_set, clip.fps, num_views=views, camera=camera,
-                         seed=seed, object3d=d.ball, object_radius=d.radius,
-                         labels={"skill": "dribble"}, meta=meta)  # fmt: skip
     save_motion2d(m, out)
     seen = float(m.object_confidence.mean())
     _console().print(

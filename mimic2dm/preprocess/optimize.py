@@ -335,22 +335,6 @@ def _continuous(q: torch.Tensor) -> torch.Tensor:
     return q
 
 
-def velocities(root_pos, root_quat, dof_pos, fps: float):
-    """Finite-difference ``(root_lin_vel [T, 3], root_ang_vel [T, 3] world, dof_vel [T, J])``."""
-    T = root_pos.shape[0]
-    if T < 2:
-        z = torch.zeros_like
-        return z(root_pos), z(root_pos), z(dof_pos)
-    lin = torch.gradient(root_pos, spacing=1.0 / fps, dim=0)[0]
-    dof_vel = torch.gradient(dof_pos, spacing=1.0 / fps, dim=0)[0]
-    nxt = torch.cat([root_quat[1:], root_quat[-1:]])
-    prv = torch.cat([root_quat[:1], root_quat[:-1]])
-    steps = torch.full((T, 1), 2.0, dtype=root_pos.dtype)
-    steps[0], steps[-1] = 1.0, 1.0
-    ang = rot.quat_to_exp_map(rot.quat_mul(nxt, rot.quat_conjugate(prv))) * fps / steps
-    return lin, ang, dof_vel
-
-
 def _init_variables(model, spec, kset, uv, mask, fps, size, focal0, cfg, headings):
     """Initial variables ``[H, T, ...]`` for each heading in ``headings [H]``."""
     T = uv.shape[0]
@@ -460,7 +444,7 @@ def fit_clip(
         v = {n: x.detach()[0] for n, x in prob.v.items()}
         q = rot.quat_normalize(_continuous(v["root_quat"]))
         kp, _ = model.forward(v["root_pos"], q, v["dof_pos"])
-        lin, ang, dvel = velocities(v["root_pos"], q, v["dof_pos"], fps)
+        lin, ang, dvel = rot.state_velocities(v["root_pos"], q, v["dof_pos"], fps)
     info |= {
         "loss": float(total[0]),
         "terms": {n: round(float(x[0]), 5) for n, x in terms.items()},

@@ -68,19 +68,18 @@ def _make_aist(out: Path, recipe: Mapping) -> None:
 
 
 def _make_dribble(out: Path, recipe: Mapping) -> None:
-    import click
-
-    from mimic2dm.motion.cli import (
-        dribble,  # the `mimic2dm data dribble` command, called as a function
-    )
+    from mimic2dm.characters.dribble_clip import dribble_clip
+    from mimic2dm.motion.format import save_motion2d
 
     src = Path(str(recipe["mocap"]))
+    src = src if src.is_absolute() else PROJECT_ROOT / src
     try:
-        dribble(src if src.is_absolute() else PROJECT_ROOT / src, out, views=int(recipe.get("views", 1)),
-                seed=int(recipe.get("seed", 0)), seconds=float(recipe.get("seconds", 10.0)),
-                camera=str(recipe.get("camera", "tracking")))  # fmt: skip
-    except (click.exceptions.Exit, click.BadParameter) as e:  # the command printed why
+        m, _ = dribble_clip(src, views=int(recipe.get("views", 1)), seed=int(recipe.get("seed", 0)),
+                            seconds=float(recipe.get("seconds", 10.0)),
+                            camera=str(recipe.get("camera", "tracking")))  # fmt: skip
+    except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"data: make.kind dribble failed for {src} ({e})") from None
+    save_motion2d(m, out)
 
 
 MAKERS = {"demo": _make_demo, "synth": _make_synth, "aist": _make_aist, "dribble": _make_dribble}

@@ -17,7 +17,7 @@ def tracking_config(spec: TaskSpec) -> TrackingConfig:
     that tasks built on this one, such as ``dribble``, get their own config subclass)."""
     from mimic2dm.tasks.registry import load_task
 
-    return load_task(spec.task).parse_config(spec.config, f"task ({spec.task})")
+    return load_task(spec.task).parse_config(spec.config)
 
 
 def load_library(spec: TaskSpec, cfg: TrackingConfig, **overrides) -> ReferenceLibrary:

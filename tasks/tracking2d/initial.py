@@ -80,7 +80,7 @@ def fit_reference_poses(kp3d: torch.Tensor, spec, fps: float) -> dict[str, torch
         [T, 3]`` (world), ``dof_pos``/``dof_vel [T, J]`` (float32). Cached per clip.
     """
     from mimic2dm.characters.retarget import fit_keypoints
-    from mimic2dm.preprocess.optimize import velocities
+    from mimic2dm.geometry.rotations import state_velocities as velocities
 
     key = (spec.name, float(fps), tuple(kp3d.shape), hash(kp3d.detach().cpu().numpy().tobytes()))
     if key in _FIT_CACHE:

@@ -9,7 +9,7 @@ def _build(spec, engine, seed):
     from mimic2dm.tasks.tracking3d.reference import Reference3D
     from mimic2dm.tasks.tracking3d.task import Tracking3DTask
 
-    cfg = ENTRY.parse_config(spec.config, "task (tracking3d)")
+    cfg = ENTRY.parse_config(spec.config)
     ref = Reference3D.from_files(list(spec.data), spec.control_hz, engine.character)
     return Tracking3DTask(engine, ref, cfg, seed=seed)
 

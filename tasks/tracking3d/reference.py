@@ -54,7 +54,7 @@ class Clip3D:
 
 
 def _motion3d_clip(m: Motion3D, path: str, control_hz: float, spec) -> Clip3D:
-    from mimic2dm.preprocess.optimize import velocities
+    from mimic2dm.geometry.rotations import state_velocities as velocities
 
     if m.character != spec.name:
         raise MotionFormatError(
