@@ -20,7 +20,8 @@ def test_bench_learn_tiny_budget(tmp_path):
     out, png = tmp_path / "learn.json", tmp_path / "learn.png"
     res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_run", "--minutes", "0.15", "--seeds", "1",
                                    "--eval-every", "3", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
-                                   "--png", str(png), "-o", "train.num_envs=16", "-o", "logger.tensorboard=false"])  # fmt: skip
+                                   "--png", str(png), "-o", "train.num_envs=16", "-o", "logger.tensorboard=false",
+                                   "-o", "task.initial_state=auto"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "last checkpoint" in res.output and "cmu_" in res.output
     r = json.loads(out.read_text())["runs"][0]

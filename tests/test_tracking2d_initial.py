@@ -122,7 +122,8 @@ def test_evaluation_starts_from_and_records_the_initial_state(clips):
 
     path = clips["humanoid"]
     fps = load_motion2d(path).fps
-    auto = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps)
+    auto = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
+                    config={"initial_state": "auto"})
     rep = evaluate(HoldPose(auto), [path])
     assert rep["initial_state"] == "reference_3d" and rep["sequences"][0]["initial_state"] == "reference_3d"
     std = dataclasses.replace(auto, config={"initial_state": "default_pose"})
@@ -147,7 +148,8 @@ def test_a_short_training_run_starts_from_the_reference_poses(clips, tmp_path):
         seen["scores"] = task.asi.scores.clone()
         seen["sources"] = task.source.initial_state_sources
 
-    cfg = tiny_config(tmp_path / "run", path, "train.max_epochs=1", f"task.control_hz={fps}")
+    cfg = tiny_config(tmp_path / "run", path, "train.max_epochs=1", f"task.control_hz={fps}",
+                      "task.initial_state=auto")
     train(cfg, epoch_callback=grab)
     assert seen["sources"] == ["reference_3d"]
     lib = _library(path)

@@ -54,7 +54,7 @@ class ASIConfig:
     temperature: float = 1.0
     start_sampling: str = "uniform"
     iteration_steps: int = 32
-    rescore_every: int = 10
+    rescore_every: int = 0
     failure_mix: float = 0.5
     failure_decay: float = 0.5
 

@@ -50,7 +50,7 @@ class TrackingConfig:
     camera: VirtualCameraConfig = field(default_factory=VirtualCameraConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
-    initial_state: str = "auto"
+    initial_state: str = "default_pose"
 
     def __post_init__(self) -> None:
         from mimic2dm.geometry.virtual import CAMERA_MODES
