@@ -11,11 +11,11 @@ from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.jobs import jobs_app, submit_cmd
+from mimic2dm.learn_bench import bench_learn_command
 from mimic2dm.motion.cli import app as data_app
 from mimic2dm.preprocess.bench import bench_preprocess_cmd
 from mimic2dm.preprocess.cli import preprocess_cmd, strip_cmd
 from mimic2dm.train_bench import bench_train_command
-from mimic2dm.learn_bench import bench_learn_command
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -97,8 +97,9 @@ def eval_cmd(
         ..., "--data", help="2D-motion file(s) with cameras; repeat for several."
     ),
     views: str = typer.Option(
-        "1", help="Views tracked at once (1: 2D tracking; >= 2: view aggregation); several "
-        "counts, e.g. 1,2,4, report every metric per count in one JSON (by_views)."
+        "1",
+        help="Views tracked at once (1: 2D tracking; >= 2: view aggregation); several "
+        "counts, e.g. 1,2,4, report every metric per count in one JSON (by_views).",
     ),
     json_out: JsonOption = None,
     picture: str = typer.Option(
@@ -123,6 +124,7 @@ def eval_cmd(
     except (ValueError, FileNotFoundError, KeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
+
     def brief(r: dict) -> dict:
         return {k: v for k, v in r.items() if k != "sequences"}
 
@@ -137,9 +139,15 @@ def eval_cmd(
 
 @app.command("compare")
 def compare_cmd(
-    runs: list[str] = typer.Argument(..., help="Training run directories (their checkpoints/last.pt)."),
-    data: str = typer.Option(..., "--data", help="Clip with cameras and ground-truth 3D (synthetic)."),
-    camera: str = typer.Option("run", help="run: each run's own training camera | data: the clip's."),
+    runs: list[str] = typer.Argument(
+        ..., help="Training run directories (their checkpoints/last.pt)."
+    ),
+    data: str = typer.Option(
+        ..., "--data", help="Clip with cameras and ground-truth 3D (synthetic)."
+    ),
+    camera: str = typer.Option(
+        "run", help="run: each run's own training camera | data: the clip's."
+    ),
     json_out: JsonOption = None,
     markdown: str = typer.Option(None, help="Write the table as markdown to this file."),
 ) -> None:

@@ -79,6 +79,7 @@ def eval_clip(data: Motion2D, cam: Motion2D | None) -> Motion2D:
     T = data.num_frames
     R0, t0 = _per_frame(data.camera_R, T)[0], _per_frame(data.camera_t, T)[0]
     R1, t1 = _per_frame(cam.camera_R, T)[0], _per_frame(cam.camera_t, T)[0]
+
     def move(x):  # world of data -> camera -> world of cam
         return np.einsum("tji,tkj->tki", R1, np.einsum("tij,tkj->tki", R0, x) + (t0 - t1)[:, None])
 

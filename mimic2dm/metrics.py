@@ -133,7 +133,9 @@ def floating_mm(heights: torch.Tensor, threshold: float = CONTACT_HEIGHT_M) -> t
 
 
 def plausibility(
-    keypoints: torch.Tensor, feet: tuple[list[int], torch.Tensor], fps: float,
+    keypoints: torch.Tensor,
+    feet: tuple[list[int], torch.Tensor],
+    fps: float,
     threshold: float = CONTACT_HEIGHT_M,
 ) -> dict[str, float]:
     """Foot skating (m/s), ground penetration (mm) and floating (mm) of one motion.

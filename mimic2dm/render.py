@@ -305,7 +305,13 @@ def render_qpos(
             if ref_uv is not None:
                 pil = Image.fromarray(img)
                 draw_skeleton(
-                    ImageDraw.Draw(pil), ref_uv[i], ref_mask[i], kset.edges, REF_COLOR, scale, width=2
+                    ImageDraw.Draw(pil),
+                    ref_uv[i],
+                    ref_mask[i],
+                    kset.edges,
+                    REF_COLOR,
+                    scale,
+                    width=2,
                 )
                 img = np.asarray(pil)
             frames[i] = img

@@ -275,7 +275,9 @@ def init_weights(agent, source: str) -> Path:
     path = Path(source)
     path = path / "checkpoints" / "last.pt" if path.is_dir() else path
     if not path.is_file():
-        raise FileNotFoundError(f"init_from={source}: no checkpoint there (a .pt or a run dir with checkpoints/last.pt)")
+        raise FileNotFoundError(
+            f"init_from={source}: no checkpoint there (a .pt or a run dir with checkpoints/last.pt)"
+        )
     ck = load_checkpoint(path)
     if "model" not in ck:
         raise ValueError(f"init_from={path}: not a tracker checkpoint (no 'model' weights)")

@@ -55,8 +55,12 @@ def test_lifecycle_through_the_base_class(engine):
     targets = torch.full((5, engine.num_dofs), 0.1, dtype=torch.float64)  # converted to float32
     engine.step(targets)
     assert engine.get_state().dof_pos.dtype == torch.float32
-    reached = torch.minimum(torch.maximum(targets.float(), engine.get_dof_limits()[0]), engine.get_dof_limits()[1])
-    assert torch.allclose(engine.get_state().dof_pos, reached)  # the fake's joints jump to (limited) targets
+    reached = torch.minimum(
+        torch.maximum(targets.float(), engine.get_dof_limits()[0]), engine.get_dof_limits()[1]
+    )
+    assert torch.allclose(
+        engine.get_state().dof_pos, reached
+    )  # the fake's joints jump to (limited) targets
     engine.reset(torch.tensor([3, 0]))
     s = engine.get_state()
     assert torch.equal(s.dof_pos[[0, 3]], start.dof_pos[[0, 3]])

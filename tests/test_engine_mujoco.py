@@ -326,9 +326,7 @@ def test_bad_inputs_give_clear_errors():
         make(num_envs=0)
     with pytest.raises(KeyError, match=r"unknown object 'cube'"):
         make(objects=("cube",))
-    with pytest.raises(
-        KeyError, match=r"unknown engine 'bullet'; valid names: mujoco, newton"
-    ):
+    with pytest.raises(KeyError, match=r"unknown engine 'bullet'; valid names: mujoco, newton"):
         load_engine("bullet", "humanoid", 1)
 
 

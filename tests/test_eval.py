@@ -56,7 +56,11 @@ def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
 
 def test_evaluate_writes_video(two_view_clip, tmp_path, gl_backend):
     video = tmp_path / "rollout.mp4"
-    evaluate(HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))), [two_view_clip], video_out=video)
+    evaluate(
+        HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))),
+        [two_view_clip],
+        video_out=video,
+    )
     assert video.stat().st_size > 1000
 
 

@@ -74,7 +74,12 @@ def test_ground_penetration_and_floating_known_answers():
     assert metrics.floating_mm(h) == pytest.approx((100.0 + 300.0) / 2)
     grounded = torch.zeros(5, 2)
     assert metrics.floating_mm(grounded) == 0.0 and metrics.ground_penetration_mm(grounded) == 0.0
-    assert metrics.foot_contact(h).tolist() == [[True, False], [False, False], [True, False], [False, False]]
+    assert metrics.foot_contact(h).tolist() == [
+        [True, False],
+        [False, False],
+        [True, False],
+        [False, False],
+    ]
 
 
 def test_plausibility_of_a_standing_character_is_clean_and_sinking_shows():
@@ -91,13 +96,19 @@ def test_plausibility_of_a_standing_character_is_clean_and_sinking_shows():
     kp = spec.tree.keypoints(spec.site_offsets, d(p.root_pos), d(p.root_quat), d(p.dof_pos)).float()
     still = kp.expand(10, -1, -1).clone()
     m = metrics.plausibility(still, feet, fps=30.0)
-    assert m == pytest.approx({"foot_skating_m_s": 0.0, "ground_penetration_mm": 0.0, "floating_mm": 0.0})
+    assert m == pytest.approx(
+        {"foot_skating_m_s": 0.0, "ground_penetration_mm": 0.0, "floating_mm": 0.0}
+    )
     sunk = still.clone()
     sunk[..., 2] -= 0.02  # 2 cm into the floor
-    assert metrics.plausibility(sunk, feet, 30.0)["ground_penetration_mm"] == pytest.approx(20.0, abs=1e-3)
+    assert metrics.plausibility(sunk, feet, 30.0)["ground_penetration_mm"] == pytest.approx(
+        20.0, abs=1e-3
+    )
     up = still.clone()
     up[..., 2] += 0.5  # hovering half a metre
     assert metrics.plausibility(up, feet, 30.0)["floating_mm"] == pytest.approx(500.0, abs=1e-3)
     slide = still.clone()
     slide[..., 0] += torch.arange(10.0)[:, None] * 0.01  # 1 cm/frame at 30 fps
-    assert metrics.plausibility(slide, feet, 30.0)["foot_skating_m_s"] == pytest.approx(0.3, abs=1e-4)
+    assert metrics.plausibility(slide, feet, 30.0)["foot_skating_m_s"] == pytest.approx(
+        0.3, abs=1e-4
+    )

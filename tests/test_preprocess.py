@@ -14,11 +14,11 @@ from typer.testing import CliRunner
 from mimic2dm.characters.clips import load_mocap_keypoints
 from mimic2dm.characters.registry import load_character
 from mimic2dm.cli import app
+from mimic2dm.geometry.rotations import state_velocities as velocities
 from mimic2dm.motion.format import MotionFormatError, load_motion2d, load_motion3d, save_motion2d
 from mimic2dm.motion.synth import resample, synthesize_views
 from mimic2dm.preprocess.clipio import VIDEO_FIELDS, strip_clip
 from mimic2dm.preprocess.kinematics import CharacterModel
-from mimic2dm.geometry.rotations import state_velocities as velocities
 from mimic2dm.preprocess.optimize import PreprocessConfig
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"

@@ -118,5 +118,7 @@ def test_overlay_picture_has_a_legend():
     legend = both[135:]
     assert _has(legend, REF_COLOR) and _has(legend, SIM_COLOR)
     assert (legend.min(-1) < 100).sum() > 30  # the labels' dark text
-    ref_only = np.asarray(overlay_grid(ref, None, mask, kset.edges, (1920, 1080), [0], tile_height=135))
+    ref_only = np.asarray(
+        overlay_grid(ref, None, mask, kset.edges, (1920, 1080), [0], tile_height=135)
+    )
     assert _has(ref_only[135:], REF_COLOR) and not _has(ref_only, SIM_COLOR)

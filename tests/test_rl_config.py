@@ -69,7 +69,9 @@ def test_bad_keys_and_sizes_are_named():
         task_spec_from_cfg(compose_config(["+task.tau_trm=0.2"]), ["a.npz"])
     with pytest.raises(ConfigError, match="task.reward.scales=\\['pso'\\]: expected terms among"):
         task_spec_from_cfg(compose_config(["+task.reward.scales.pso=1.0"]), ["a.npz"])
-    with pytest.raises(ConfigError, match="task.name='jump': expected a registered task .*stand, tracking2d"):
+    with pytest.raises(
+        ConfigError, match="task.name='jump': expected a registered task .*stand, tracking2d"
+    ):
         task_spec_from_cfg(compose_config(["task.name=jump"]), [])
     with pytest.raises(
         ConfigError, match="train.minibatch_size=500: expected a divisor of .* = 2048"

@@ -88,7 +88,10 @@ def test_exact_resume_of_every_task(tmp_path):
     for task in TASKS.names():
         spec = spec_for(task, "humanoid", tmp_path)
         entry = load_task(task)
-        a, b = (entry.build(spec, KinematicEngine("humanoid", N, objects=spec.objects), s) for s in (1, 2))
+        a, b = (
+            entry.build(spec, KinematicEngine("humanoid", N, objects=spec.objects), s)
+            for s in (1, 2)
+        )
         for _ in range(3):
             a.step(torch.full((N, a.action_dim), 0.1))
         b.load_state_dict(a.state_dict())

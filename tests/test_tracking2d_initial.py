@@ -24,7 +24,9 @@ from mimic2dm.motion.format import load_motion2d, save_motion2d
 from mimic2dm.motion.synth import synthesize_views
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
-pytestmark = pytest.mark.skipif(not (MOCAP / "cmu_walk.npz").is_file(), reason="shared mocap missing")
+pytestmark = pytest.mark.skipif(
+    not (MOCAP / "cmu_walk.npz").is_file(), reason="shared mocap missing"
+)
 
 # tolerances on the keypoints the initial states reproduce (metres): the humanoid has the
 # mocap's skeleton (IK is exact up to its 1 mm stopping tolerance); the dog's model only
@@ -65,7 +67,10 @@ def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
     engine.reset(torch.arange(F), st)
     err = (engine.get_keypoints() - lib.clips[0].keypoints3d).norm(dim=-1)  # MuJoCo's own keypoints
     mean_tol, max_tol = TOL[character]
-    assert float(err.mean()) < mean_tol and float(err.max()) < max_tol, (float(err.mean()), float(err.max()))
+    assert float(err.mean()) < mean_tol and float(err.max()) < max_tol, (
+        float(err.mean()),
+        float(err.max()),
+    )
     for f in ("root_lin_vel", "root_ang_vel", "dof_vel"):
         assert torch.isfinite(getattr(st, f)).all()
     # the root moves with the reference: finite differences of the keypoint root agree
@@ -78,10 +83,15 @@ def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
 def test_default_pose_mode_and_clips_without_3d(clips, tmp_path):
     spec = load_character("humanoid")
     lib = _library(clips["humanoid"])
-    template = build_engine(TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1).default_state(1)
+    template = build_engine(
+        TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1
+    ).default_state(1)
     st = initial_states(lib, template, spec, "default_pose")
     assert initial_state_sources(lib, spec, "default_pose") == ["default_pose"]
-    assert torch.allclose(st.dof_pos, torch.tensor(spec.default_pose.dof_pos, dtype=torch.float32).expand_as(st.dof_pos))
+    assert torch.allclose(
+        st.dof_pos,
+        torch.tensor(spec.default_pose.dof_pos, dtype=torch.float32).expand_as(st.dof_pos),
+    )
     m = load_motion2d(clips["humanoid"])
     m.keypoints3d = None
     save_motion2d(m, tmp_path / "no3d.npz")
@@ -103,7 +113,9 @@ def test_preprocessed_states_take_precedence(clips, tmp_path):
     save_motion2d(m, tmp_path / "pre.npz")
     lib2 = _library(tmp_path / "pre.npz")
     assert initial_state_sources(lib2, spec) == ["preprocessed"]
-    template = build_engine(TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1).default_state(1)
+    template = build_engine(
+        TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1
+    ).default_state(1)
     st = initial_states(lib2, template, spec)
     assert torch.allclose(st.root_pos, fit["root_pos"] + 0.25, atol=1e-5)
     assert torch.allclose(st.dof_pos, fit["dof_pos"], atol=1e-5)
@@ -122,10 +134,18 @@ def test_evaluation_starts_from_and_records_the_initial_state(clips):
 
     path = clips["humanoid"]
     fps = load_motion2d(path).fps
-    auto = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
-                    config={"initial_state": "auto"})
+    auto = TaskSpec(
+        "tracking2d",
+        "humanoid",
+        data=(str(path),),
+        control_hz=fps,
+        config={"initial_state": "auto"},
+    )
     rep = evaluate(HoldPose(auto), [path])
-    assert rep["initial_state"] == "reference_3d" and rep["sequences"][0]["initial_state"] == "reference_3d"
+    assert (
+        rep["initial_state"] == "reference_3d"
+        and rep["sequences"][0]["initial_state"] == "reference_3d"
+    )
     std = dataclasses.replace(auto, config={"initial_state": "default_pose"})
     rep2 = evaluate(HoldPose(std), [path])
     assert rep2["initial_state"] == "default_pose"
@@ -148,8 +168,13 @@ def test_a_short_training_run_starts_from_the_reference_poses(clips, tmp_path):
         seen["scores"] = task.asi.scores.clone()
         seen["sources"] = task.source.initial_state_sources
 
-    cfg = tiny_config(tmp_path / "run", path, "train.max_epochs=1", f"task.control_hz={fps}",
-                      "task.initial_state=auto")
+    cfg = tiny_config(
+        tmp_path / "run",
+        path,
+        "train.max_epochs=1",
+        f"task.control_hz={fps}",
+        "task.initial_state=auto",
+    )
     train(cfg, epoch_callback=grab)
     assert seen["sources"] == ["reference_3d"]
     lib = _library(path)

@@ -47,9 +47,21 @@ def test_object_reward_only_where_it_applies():
     r = with_ball.step(torch.zeros(2, with_ball.action_dim))
     assert (r.terms["obj"] < 0.9).all()
     no_track = clip_task(standing_clip("humanoid"), 2, objects=("ball",))
-    assert set(no_track.step(torch.zeros(2, no_track.action_dim)).terms) == {"pos", "vel", "reg", "ori", "contact"}
+    assert set(no_track.step(torch.zeros(2, no_track.action_dim)).terms) == {
+        "pos",
+        "vel",
+        "reg",
+        "ori",
+        "contact",
+    }
     no_ball = clip_task(standing_clip("humanoid", ball=True), 2)
-    assert set(no_ball.step(torch.zeros(2, no_ball.action_dim)).terms) == {"pos", "vel", "reg", "ori", "contact"}
+    assert set(no_ball.step(torch.zeros(2, no_ball.action_dim)).terms) == {
+        "pos",
+        "vel",
+        "reg",
+        "ori",
+        "contact",
+    }
 
 
 def stream_and_clip(n: int = 2):

@@ -50,7 +50,13 @@ def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
         assert ((r >= 0) & (r <= 1)).all()
         assert not (term & trunc).any()
         assert torch.equal(res.causes["timeout"], trunc)
-        assert set(res.terms) == {"pos", "vel", "reg", "ori", "contact"}  # no object: no obj term; Yu 2021 cues logged
+        assert set(res.terms) == {
+            "pos",
+            "vel",
+            "reg",
+            "ori",
+            "contact",
+        }  # no object: no obj term; Yu 2021 cues logged
         lengths += res.episode_length[res.done].tolist()
         assert (res.episode_length[~res.done] == 0).all()
         for k, v in res.causes.items():

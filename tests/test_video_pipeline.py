@@ -438,7 +438,9 @@ def test_cli_extract_with_tiny_real_models(videos, tmp_path: Path):
     res = runner.invoke(
         _app(), ["extract", str(small), "--out", str(tmp_path / "x"), "--character", "cat"]
     )
-    assert res.exit_code == 2 and "dog, dog_spine, humanoid" in res.output  # the registered characters
+    assert (
+        res.exit_code == 2 and "dog, dog_spine, humanoid" in res.output
+    )  # the registered characters
     if not torch.cuda.is_available():
         res = runner.invoke(
             _app(), ["extract", str(small), "--out", str(tmp_path / "x"), "--device", "cuda"]

@@ -211,8 +211,9 @@ def compose_dribble(
     return Dribble(kp.astype(np.float32), track.astype(np.float32), kicks, ball.radius, info)
 
 
-def dribble_clip(mocap, *, views: int = 1, seed: int = 0, seconds: float = 10.0,
-                 camera: str = "tracking"):
+def dribble_clip(
+    mocap, *, views: int = 1, seed: int = 0, seconds: float = 10.0, camera: str = "tracking"
+):
     """A synthetic dribble clip from a running or walking mocap file, projected through
     ``views`` virtual cameras (what ``mimic2dm data dribble`` writes).
 

@@ -102,7 +102,9 @@ def engine(
         else:
             from mimic2dm.engines.bench import bench_backend
 
-            result = bench_backend(engine_name, character, num_envs, seconds, threads or None, device)
+            result = bench_backend(
+                engine_name, character, num_envs, seconds, threads or None, device
+            )
             table = _backend_table(result)
     human_console(json_out).print(table)
     write_json_report(result, json_out)

@@ -296,7 +296,9 @@ def import_json(
 
 @app.command("import-aist")
 def import_aist(
-    anno_dir: Annotated[Path, typer.Argument(help="AIST++ annotation folder (aist_plusplus_final).")],
+    anno_dir: Annotated[
+        Path, typer.Argument(help="AIST++ annotation folder (aist_plusplus_final).")
+    ],
     out: Annotated[
         Path, typer.Option("--out", help="Output 2D clip (.npz); with --split, a folder.")
     ],
@@ -305,8 +307,10 @@ def import_aist(
     ] = None,
     split: Annotated[
         str | None,
-        typer.Option(help="train | val | test: every sequence of splits/crossmodal_<split>.txt "
-                     "minus ignore_list.txt, one file each."),  # fmt: skip
+        typer.Option(
+            help="train | val | test: every sequence of splits/crossmodal_<split>.txt "
+            "minus ignore_list.txt, one file each."
+        ),  # fmt: skip
     ] = None,
     view: Annotated[
         list[str] | None, typer.Option(help="Camera name to keep (repeatable; default all).")
@@ -326,7 +330,9 @@ def import_aist(
     if (seq is None) == (split is None):
         raise typer.BadParameter("give --seq or --split (one of them)", param_hint="--seq/--split")
     if split is not None and split not in SPLITS:
-        raise typer.BadParameter(f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split")
+        raise typer.BadParameter(
+            f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split"
+        )
     if one_random_view and view:
         raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
     draw = seed if one_random_view else None
@@ -338,8 +344,16 @@ def import_aist(
     except (MotionFormatError, ValueError, KeyError, OSError) as e:
         _error(str(e))
         raise typer.Exit(1) from None
-    how = f"one random view (seed {seed})" if one_random_view else "views " + (",".join(view) if view else "all")
-    _console().print(f"wrote {len(files)} clip(s) of the {split} split to {out}: {how}", markup=False, soft_wrap=True)
+    how = (
+        f"one random view (seed {seed})"
+        if one_random_view
+        else "views " + (",".join(view) if view else "all")
+    )
+    _console().print(
+        f"wrote {len(files)} clip(s) of the {split} split to {out}: {how}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
@@ -356,13 +370,16 @@ def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
 
 @app.command()
 def dribble(
-    mocap: Annotated[Path, typer.Argument(help="Running or walking human clip (CMU .npz or Motion3D).")],
+    mocap: Annotated[
+        Path, typer.Argument(help="Running or walking human clip (CMU .npz or Motion3D).")
+    ],
     out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz) with the ball track.")],
     views: Annotated[int, typer.Option(min=1, help="Number of virtual cameras V.")] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the cameras.")] = 0,
     seconds: Annotated[float, typer.Option(min=0.5, help="Length of the dribble.")] = 10.0,
     camera: Annotated[
-        str, typer.Option(help="static | tracking | dynamic (static views of a long run are far away).")
+        str,
+        typer.Option(help="static | tracking | dynamic (static views of a long run are far away)."),
     ] = "tracking",
 ) -> None:
     """Compose a synthetic dribble: the clip's gait looped, a size-5 ball simulated in MuJoCo
@@ -374,7 +391,9 @@ def dribble(
     from mimic2dm.geometry.virtual import CAMERA_MODES
 
     if camera not in CAMERA_MODES:
-        raise typer.BadParameter(f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera")
+        raise typer.BadParameter(
+            f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera"
+        )
     try:
         m, d = dribble_clip(mocap, views=views, seed=seed, seconds=seconds, camera=camera)
     except (OSError, ValueError, KeyError) as e:

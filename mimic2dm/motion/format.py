@@ -245,12 +245,18 @@ def _check_estimates(c: _Checker, m: Any) -> None:
         return
     for n, p in zip(names, present, strict=True):
         if not p:
-            c.fail(n, "is missing", f"all of {', '.join(names)} and init_character together (or none)")
+            c.fail(
+                n, "is missing", f"all of {', '.join(names)} and init_character together (or none)"
+            )
     from mimic2dm.characters.registry import CHARACTERS, load_character
 
     valid = ", ".join(CHARACTERS.names())
     if not isinstance(m.init_character, str) or m.init_character not in CHARACTERS:
-        c.fail("init_character", f"is {m.init_character!r}", f"the character of the initial states: one of {valid}")
+        c.fail(
+            "init_character",
+            f"is {m.init_character!r}",
+            f"the character of the initial states: one of {valid}",
+        )
     c.dims["J"] = load_character(m.init_character).num_dof
     for n, dims in INIT_STATE_FIELDS:
         c.finite(n, c.array(n, getattr(m, n), dims))

@@ -64,7 +64,9 @@ def _make_aist(out: Path, recipe: Mapping) -> None:
     from mimic2dm.motion.aist import import_split
 
     seed = int(recipe.get("seed", 0)) if recipe.get("one_random_view", True) else None
-    import_split(str(recipe["anno_dir"]), str(recipe.get("split", "train")), out, one_view_seed=seed)
+    import_split(
+        str(recipe["anno_dir"]), str(recipe.get("split", "train")), out, one_view_seed=seed
+    )
 
 
 def _make_dribble(out: Path, recipe: Mapping) -> None:
@@ -119,5 +121,7 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
             MAKERS[kind](path, recipe)
             log.info("made %s (%s)", path, kind)
         # a folder (e.g. an AIST++ split) stands for its clips
-        out.extend(str(p.resolve()) for p in (sorted(path.glob("*.npz")) if path.is_dir() else [path]))
+        out.extend(
+            str(p.resolve()) for p in (sorted(path.glob("*.npz")) if path.is_dir() else [path])
+        )
     return out

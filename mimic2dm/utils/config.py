@@ -53,7 +53,9 @@ def from_mapping(schema: type, values: Mapping | Any, where: str) -> Any:
             except Exception:  # noqa: BLE001 - the value is only for the message
                 value = None
         if isinstance(e, ConfigKeyError):
-            raise ConfigError(key, value, f"a known key ({key} is not a field of {schema.__name__})") from None
+            raise ConfigError(
+                key, value, f"a known key ({key} is not a field of {schema.__name__})"
+            ) from None
         msg = str(e).splitlines()[0]  # OmegaConf appends full_key / object_type lines
         raise ConfigError(key, value, f"a valid value ({msg})") from None
 

@@ -84,10 +84,16 @@ def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float) -> 
     if "obj_uv" not in rec:
         return {}
     err = metrics.reprojection_errors(
-        rec["obj_uv"][i, :n, :, None], rec["obj_ref"][i, :n, :, None], rec["obj_ok"][i, :n, :, None], int(height)
+        rec["obj_uv"][i, :n, :, None],
+        rec["obj_ref"][i, :n, :, None],
+        rec["obj_ok"][i, :n, :, None],
+        int(height),
     )
     d = (rec["obj3d"][i, :n, :2] - rec["root3d"][i, :n, :2]).norm(dim=-1)
-    return {"object_error_2d_px": float(err.nanmean()), "ball_within_reach": float((d <= reach_radius).float().mean())}
+    return {
+        "object_error_2d_px": float(err.nanmean()),
+        "ball_within_reach": float((d <= reach_radius).float().mean()),
+    }
 
 
 def _metrics(
@@ -154,10 +160,16 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         m = _metrics(
             rec, i, clip.num_frames, float(clip.image_height[vs[0]]), spec.control_hz, gt, lib.kset
         )
-        m.update(metrics.plausibility(rec["kp3d"][i, : clip.num_frames], character_feet(spec.character), spec.control_hz))
+        m.update(
+            metrics.plausibility(
+                rec["kp3d"][i, : clip.num_frames], character_feet(spec.character), spec.control_hz
+            )
+        )
         m.update(_object_metrics(rec, i, clip.num_frames, float(clip.image_height[vs[0]]),
                                  float(getattr(cfg, "reach_radius", 1.5))))  # fmt: skip
-        per_seq.append({"clip": clip.name, "views": vs, "initial_state": source.initial_state_sources[c], **m})
+        per_seq.append(
+            {"clip": clip.name, "views": vs, "initial_state": source.initial_state_sources[c], **m}
+        )
     kinds = sorted({s["initial_state"] for s in per_seq})
     report = {
         "checkpoint": name,
@@ -174,7 +186,11 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
     for k in ("object_error_2d_px", "ball_within_reach"):  # with a simulated, tracked ball
         if all(k in s for s in per_seq):
             report[k] = float(np.nanmean([s[k] for s in per_seq]))
-    for k in ("foot_skating_m_s", "ground_penetration_mm", "floating_mm"):  # mimic2dm.metrics.plausibility
+    for k in (
+        "foot_skating_m_s",
+        "ground_penetration_mm",
+        "floating_mm",
+    ):  # mimic2dm.metrics.plausibility
         report[k] = float(np.mean([s[k] for s in per_seq]))
     _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out)
     task.close()
@@ -195,7 +211,9 @@ def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_ou
     if picture_out:
         frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
         Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
-        overlay_grid(ref, sim, mask, lib.kset.edges, (cam.width, cam.height), frames).save(picture_out)
+        overlay_grid(ref, sim, mask, lib.kset.edges, (cam.width, cam.height), frames).save(
+            picture_out
+        )
     if video_out:
         from mimic2dm.render import try_render, write_video
 
