@@ -110,8 +110,12 @@ def eval_cmd(
     ),
 ) -> None:
     """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
-    from mimic2dm.eval import evaluate
+    from mimic2dm.eval import evaluate, parse_views
 
+    try:
+        parse_views(views)  # before anything is loaded
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--views") from None
     if video:
         from mimic2dm.render import gl_backend, no_gl_message
 
@@ -186,7 +190,8 @@ def export_cmd(
     from mimic2dm.export import export_policy
 
     try:
-        desc = export_policy(checkpoint, out, fmt, data=data or None, tolerance=tolerance)
+        with library_output_to_log("export"):
+            desc = export_policy(checkpoint, out, fmt, data=data or None, tolerance=tolerance)
     except (ValueError, FileNotFoundError, KeyError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e

@@ -140,7 +140,7 @@ def record_observations(policy: Policy, task, steps: int) -> torch.Tensor:
     obs, rows = task.observe(), []
     for _ in range(steps):
         rows.append(obs)
-        obs = task.step(policy.act(obs))[0]
+        obs = task.step(policy.act(obs)).obs
     return torch.cat(rows)
 
 

@@ -16,12 +16,9 @@ import contextlib
 import pytest
 import torch
 from fake_engine import KinematicEngine
-from mimic2dm.tasks.base import TaskSpec
 from mimic2dm.tasks.registry import load_task, task_names
 
-from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.engines import ENGINES
-from mimic2dm.motion.format import save_motion2d
 from mimic2dm.rl.vecenv import TaskVecEnv
 
 HOST_READS = ("cpu", "numpy", "tolist", "item", "__float__", "__int__", "__index__")
@@ -70,12 +67,14 @@ def test_the_guard_catches_host_reads():
 
 @pytest.mark.parametrize("task", task_names())
 def test_in_process_step_path_makes_no_host_reads(task, kinematic_engine, tmp_path):
+    import dataclasses
+
+    from test_tasks import spec_for
+
     entry = load_task(task)
-    data = ()
-    if entry.needs_data:
-        save_motion2d(make_demo_clip(seconds=1.0)[1], tmp_path / "clip.npz")
-        data = (str(tmp_path / "clip.npz"),)
-    spec = TaskSpec(task=task, character="humanoid", engine={"name": kinematic_engine}, data=data)
+    spec = dataclasses.replace(
+        spec_for(task, "humanoid", tmp_path), engine={"name": kinematic_engine}
+    )
     spec = (
         spec.with_config(max_episode_steps=2)
         if "max_episode_steps" in _config_keys(entry)

@@ -317,16 +317,16 @@ def test_bad_inputs_give_clear_errors():
     ):
         make("robot")
     with pytest.raises(
-        ValueError, match=r"control_dt \(0.025 s\) must be a whole multiple .* physics_dt"
+        ValueError, match=r"engine.physics_hz=60.0: expected a whole multiple .*control_hz=40"
     ):
         make(control_hz=40.0, physics_hz=60.0)
-    with pytest.raises(ValueError, match=r"unknown engine option\(s\) \['control_dt'\]"):
+    with pytest.raises(ValueError, match=r"engine.control_dt=0.025: expected a known key"):
         make(control_dt=0.025)
     with pytest.raises(ValueError, match="num_envs must be a positive int"):
         make(num_envs=0)
     with pytest.raises(KeyError, match=r"unknown object 'cube'"):
         make(objects=("cube",))
-    with pytest.raises(KeyError, match=r"unknown engine 'bullet'; valid names: mujoco, newton"):
+    with pytest.raises(ValueError, match=r"engine.name=.bullet.: expected one of mujoco, newton"):
         load_engine("bullet", "humanoid", 1)
 
 

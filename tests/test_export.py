@@ -77,10 +77,10 @@ def test_onnx_policy_drives_the_mujoco_engine(onnx_export, checkpoint):
         assert np.abs(action - policy.act(obs).numpy()).max() <= 1e-5
         assert np.all(np.abs(action) <= 1.0)
         np.testing.assert_allclose(target, np.clip(offset + scale * action, lo, hi), atol=1e-6)
-        obs = task.step(torch.from_numpy(action))[0]
+        obs = task.step(torch.from_numpy(action)).obs
         assert torch.isfinite(obs).all()
     assert (task.engine.get_state().dof_pos - start).abs().max() > 1e-3  # the character moved
-    task.engine.close()
+    task.close()
 
 
 def test_onnx_accepts_more_views_than_training(onnx_export, checkpoint):

@@ -105,7 +105,7 @@ def test_optuna_sweep_minimises_the_last_eval_error(tmp_path):
     results = yaml.safe_load((tmp_path / "sweep" / "optimization_results.yaml").read_text())
     assert results["best_value"] == pytest.approx(min(errors))
     assert set(results["best_params"]) >= {
-        "task.reward.w_pos",
+        "task.reward.scales.pos",
         "train.learning_rate",
         "train.gamma",
     }

@@ -41,8 +41,14 @@ def test_legacy_checkpoint_evaluates_with_the_numbers_of_its_time():
     st = rollout_stats(
         p, dataclasses.replace(p.env_spec, data=(str(CLIP),)), num_envs=4, steps=20, seed=0
     )
+    # the velocity and regulariser terms were redefined since (issue 10: velocities in image
+    # heights per second, a regulariser that varies across policies), and the total with them;
+    # the episodes and the position term are what that checkpoint produced then
+    redefined = {"reward", "reward/vel", "reward/reg"}
     for k, v in EXPECTED["rollout_stats_4envs_20steps_seed0"].items():
-        assert st[k] == pytest.approx(v, rel=1e-5), k
+        if k not in redefined:
+            assert st[k] == pytest.approx(v, rel=1e-5), k
+    assert {"episode_length", "reward/pos"} <= set(EXPECTED["rollout_stats_4envs_20steps_seed0"])
 
 
 def test_legacy_env_state_restores_into_todays_task():

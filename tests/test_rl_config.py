@@ -34,7 +34,14 @@ def test_task_spec_from_the_config_groups():
         1000.0,
         1800.0,
     ]
-    assert spec.config["reward"]["scales"] == {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1}
+    assert spec.config["reward"]["scales"] == {
+        "pos": 0.6,
+        "vel": 0.1,
+        "obj": 0.2,
+        "reg": 0.1,
+        "ori": 0.0,
+        "contact": 0.0,
+    }
     # every key of the engine group reaches the backend unchanged
     assert spec.engine == dict(OmegaConf.to_container(cfg.engine, resolve=True))
     # plain data round-trips (what checkpoints store)
@@ -108,7 +115,7 @@ def test_minibatch_larger_than_the_batch_is_clamped(caplog):
         ("train.learning_rate=fast", "train.learning_rate='fast': expected a valid value"),
         ("engine.physics_hz=0", "engine.physics_hz=0.0: expected a number > 0"),
         (
-            "engine.control_hz=45",
+            "task.control_hz=45",
             "engine.physics_hz=60.0: expected a whole multiple .*control_hz=45",
         ),
         ("engine.num_threads=-1", "engine.num_threads=-1: expected an integer >= 0"),

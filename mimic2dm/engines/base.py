@@ -202,8 +202,14 @@ class EngineOptions:
             ConfigError: an unknown key or a value out of range, naming the key.
         """
         from mimic2dm.utils.config import from_mapping
+        from mimic2dm.utils.validate import ConfigError
 
-        return from_mapping(cls, dict(values), where)
+        try:
+            return from_mapping(cls, dict(values), "engine")
+        except ConfigError as e:
+            if where == "engine":
+                raise
+            raise ConfigError(e.key, e.value, f"{e.allowed} (in {where})") from None
 
     def replace(self, **changes) -> EngineOptions:
         """A copy with ``changes`` (field names; unknown ones raise)."""

@@ -25,7 +25,6 @@ steps (rl-games' ``horizon_length``) as one iteration.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch
@@ -133,11 +132,10 @@ class StateBuffers:
     def note_step(self, frames: torch.Tensor, failed: torch.Tensor) -> None:
         """One control step collected: ``frames [n]`` global frame of each sample,
         ``failed [n]`` bool, the episode was terminated early there. Counts iterations."""
-        fr = frames.reshape(-1).cpu()
+        fr = frames.reshape(-1).to(self.sample_counts.device)
+        bad = failed.reshape(-1).to(self.sample_counts.device, torch.float32)
         self.sample_counts += torch.bincount(fr, minlength=self.num_frames).float()
-        bad = fr[failed.reshape(-1).cpu()]
-        if bad.numel():
-            self.failure_counts += torch.bincount(bad, minlength=self.num_frames).float()
+        self.failure_counts += torch.bincount(fr, weights=bad, minlength=self.num_frames).float()
         self.iteration_step += 1
         if self.iteration_step >= self.cfg.iteration_steps:
             self.iteration_step = 0
@@ -152,10 +150,12 @@ class StateBuffers:
         return bool(k) and self.iteration > 0 and self.iteration % k == 0
 
     # ------------------------------------------------------------------ states
-    def value_std(self) -> float:
-        """Running std of every critic value seen (1 before two values)."""
-        n, _, m2 = self.value_stats.tolist()
-        return math.sqrt(m2 / (n - 1)) if n > 1 and m2 > 0 else 1.0
+    def value_std(self) -> torch.Tensor:
+        """Running std of every critic value seen (1 before two values); a 0-d tensor, so
+        the step path reads nothing back to the host."""
+        n, _, m2 = self.value_stats.unbind()
+        ok = (n > 1) & (m2 > 0)
+        return torch.where(ok, (m2 / (n - 1).clamp(min=1)).sqrt(), torch.ones_like(m2)).float()
 
     def probabilities(self, frames: torch.Tensor) -> torch.Tensor:
         """``[n, M]`` probability of each slot of the buffers of ``frames [n]``: softmax of
@@ -190,7 +190,7 @@ class StateBuffers:
     def _observe(self, values: torch.Tensor) -> None:
         """Fold ``values [n]`` into the running count, mean and M2 (Chan et al.'s merge;
         tensor ops only, so the step path reads nothing back to the host)."""
-        v = values.detach().double().cpu()
+        v = values.detach().double().to(self.value_stats.device)
         n1 = torch.tensor(float(v.numel()), dtype=torch.float64)
         if v.numel() == 0:
             return
@@ -271,7 +271,7 @@ class StateBuffers:
             "asi/scored_fraction": float(known.float().mean()),
             "asi/score_mean": float(vals.mean()) if vals.numel() else 0.0,
             "asi/score_max": float(vals.max()) if vals.numel() else 0.0,
-            "asi/value_std": self.value_std(),
+            "asi/value_std": float(self.value_std()),
             "asi/effective_states": self.effective_states(),
             "asi/replacements": float(self.replacements),  # a tensor until here
             "asi/rescored": float(self.rescored),

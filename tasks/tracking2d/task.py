@@ -293,7 +293,7 @@ class Tracking2DTask(Task):
         fresh = torch.nonzero((self.steps == 0) & (self.start_slot >= 0)).flatten()
         if fresh.numel():
             g0 = self.source.global_frame(fresh, self.frame[fresh])
-            self.asi.rescore(g0.cpu(), self.start_slot[fresh].cpu(), v[fresh].cpu())
+            self.asi.rescore(g0, self.start_slot[fresh], v[fresh])
         keep = (self.steps > 0) & ~self.source.at_end(self.frame)
         ids = torch.nonzero(keep).flatten()
         g = self.source.global_frame(ids, self.frame[ids])
