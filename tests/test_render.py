@@ -122,3 +122,17 @@ def test_overlay_picture_has_a_legend():
         overlay_grid(ref, None, mask, kset.edges, (1920, 1080), [0], tile_height=135)
     )
     assert _has(ref_only[135:], REF_COLOR) and not _has(ref_only, SIM_COLOR)
+
+
+@pytest.mark.slow
+def test_demo_completes_without_any_gl_and_says_it_skips_the_video(tmp_path):
+    """`mimic2dm demo` where no GL back-end works: exit 0, the reports and picture written,
+    no rollout.mp4, and the console says the video is skipped (issue 8, section 1)."""
+    out = tmp_path / "demo"
+    res = _run(["-m", "mimic2dm.cli", "demo", "--out", str(out), "--minutes", "0.05", "--num-envs", "8"],
+               _child_env(PYOPENGL_PLATFORM="glx", WANDB_MODE="offline"), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "skips rollout.mp4" in res.stdout + res.stderr
+    assert (out / "eval.json").is_file() and (out / "overlay.png").is_file()
+    assert not (out / "rollout.mp4").exists()
+    assert "Aborted" not in res.stderr and "Traceback" not in res.stderr
