@@ -23,6 +23,7 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
     from mimic2dm.render import gl_backend, no_gl_message
     from mimic2dm.rl.policy import load_policy, untrained_policy
     from mimic2dm.train import compose_config, train
+    from mimic2dm.utils.reporting import library_output_to_log
 
     console = Console()
     out = Path(out).resolve()
@@ -53,11 +54,15 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
     ckpt = ckpt_dir / "last.pt"  # the weights training ended with, not the best running return
     clip = out / "train" / "data" / "demo_clip.npz"
     console.print(f"[bold]evaluating[/] {ckpt} on {clip}")
-    report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", video)
+    with library_output_to_log("eval"):  # rl-games prints when it builds the network
+        report = evaluate(ckpt, [clip], 1, out / "eval.json", out / "overlay.png", video)
     if video is not None and not video.is_file():  # GL failed here after a good probe
         console.print("[yellow]no video[/]: rendering failed (see the warning above)")
         video = None
-    baseline = evaluate(untrained_policy(load_policy(ckpt)), [clip], 1, out / "eval_untrained.json")
+    with library_output_to_log("eval"):
+        baseline = evaluate(
+            untrained_policy(load_policy(ckpt)), [clip], 1, out / "eval_untrained.json"
+        )
     result = {
         "trained": {k: v for k, v in report.items() if k != "sequences"},
         "untrained": {k: v for k, v in baseline.items() if k != "sequences"},
