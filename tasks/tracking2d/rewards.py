@@ -24,6 +24,21 @@ def _default_scales() -> dict[str, float]:
     return {"pos": 0.6, "vel": 0.1, "obj": 0.2, "reg": 0.1, "ori": 0.0, "contact": 0.0}
 
 
+def check_scales(scales: dict[str, float], terms) -> None:
+    """Reward ``scales`` name only known ``terms`` and weigh each ``>= 0``.
+
+    Raises:
+        ConfigError: naming ``task.reward.scales`` (or the term) and what is allowed.
+    """
+    from mimic2dm.utils.validate import ConfigError, check
+
+    unknown = sorted(set(scales) - set(terms))
+    if unknown:
+        raise ConfigError("task.reward.scales", unknown, f"terms among {list(terms)}")
+    for name, weight in scales.items():
+        check(f"task.reward.scales.{name}", weight, ge=0)
+
+
 @dataclass
 class RewardConfig:
     """Term weights (``scales``) and sharpness of the reward terms (DESIGN 3).
@@ -50,13 +65,9 @@ class RewardConfig:
     contact_still: float = 0.07
 
     def __post_init__(self) -> None:
-        from mimic2dm.utils.validate import ConfigError, check
+        from mimic2dm.utils.validate import check
 
-        unknown = sorted(set(self.scales) - set(TERMS))
-        if unknown:
-            raise ConfigError("task.reward.scales", unknown, f"terms among {list(TERMS)}")
-        for name, weight in self.scales.items():
-            check(f"task.reward.scales.{name}", weight, ge=0)
+        check_scales(self.scales, TERMS)
         for name in (
             "alpha_pos",
             "alpha_vel",

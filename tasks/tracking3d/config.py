@@ -34,13 +34,11 @@ class Reward3DConfig:
     alpha_reg: float = 10.0
 
     def __post_init__(self) -> None:
+        from mimic2dm.tasks.tracking2d.rewards import check_scales
+
         from mimic2dm.utils.validate import ConfigError, check
 
-        unknown = sorted(set(self.scales) - set(TERMS))
-        if unknown:
-            raise ConfigError("task.reward.scales", unknown, f"terms among {list(TERMS)}")
-        for name, weight in self.scales.items():
-            check(f"task.reward.scales.{name}", weight, ge=0)
+        check_scales(self.scales, TERMS)
         if sum(self.scales.values()) <= 0:
             raise ConfigError("task.reward.scales", dict(self.scales), "a positive total weight")
         for name in ("alpha_pos", "alpha_vel", "alpha_root", "alpha_rot", "alpha_reg"):
