@@ -145,3 +145,27 @@ def test_devices_that_do_not_exist_are_refused():
     with pytest.raises(ConfigError, match="train.device='gpu0'"):
         validate_config(compose_config(["train.device=gpu0"]))
     assert validate_config(compose_config(["train.device=cpu"]))[0].device == "cpu"
+
+
+def test_a_plain_path_in_data_clips_is_the_same_as_a_file_entry(tmp_path):
+    from rl_helpers import write_demo
+
+    from mimic2dm.rl.data import prepare_data
+
+    clip = write_demo(tmp_path / "clip.npz", seconds=1.0)
+    # as typed on the command line: mimic2dm-train data=files 'data.clips=[/abs/clip.npz]'
+    plain = compose_config(["data=files", f"data.clips=[{clip},{{file: {clip}}}]"])
+    validate_config(plain)
+    assert prepare_data(plain.data, tmp_path / "run") == [str(clip.resolve())] * 2
+    with pytest.raises(
+        ConfigError, match="data.clips\\[0\\].file='/no/such.npz': expected an existing"
+    ):
+        validate_config(compose_config(["data=files", "data.clips=[/no/such.npz]"]))
+    with pytest.raises(
+        ConfigError, match="data.clips\\[1\\]=3: expected a 2D-motion file path or a mapping"
+    ):
+        validate_config(compose_config(["data=files", f"data.clips=[{clip},3]"]))
+    with pytest.raises(
+        ConfigError, match="data.clips\\[0\\].file=None: expected a 2D-motion file path"
+    ):
+        prepare_data({"clips": [{"make": {"kind": "demo"}}]}, tmp_path / "run")

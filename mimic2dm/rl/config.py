@@ -272,15 +272,13 @@ def check_data_files(cfg: DictConfig, control_hz: float) -> None:
     """Check the ``data`` clips that already exist (recipes are made, and checked, later).
 
     Raises:
-        ConfigError: ``data.clips`` is empty.
+        ConfigError: ``data.clips`` is empty or an entry is neither a path nor ``{file, make?}``.
         MotionFormatError: a clip is invalid, too short or fully masked (naming the file).
     """
     from mimic2dm.motion.format import check_trackable, load_motion2d
+    from mimic2dm.rl.data import clip_entries
 
-    clips = list(cfg.data.get("clips") or [])
-    if not clips:
-        raise ConfigError("data.clips", [], "at least one 2D-motion file or recipe")
-    for i, entry in enumerate(clips):
+    for i, entry in enumerate(clip_entries(cfg.data)):
         path = Path(str(entry.get("file", "")))
         if path.is_absolute() and path.is_file():
             check_trackable(load_motion2d(path), path, control_hz)

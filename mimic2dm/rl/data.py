@@ -1,7 +1,8 @@
 """The ``data`` config group: 2D-motion files to track, made on demand.
 
-Each entry of ``data.clips`` names a ``file``; when it is absent and the entry has a
-``make`` recipe, the file is written first:
+Each entry of ``data.clips`` is a path (``/abs/clip.npz``, the same as ``{file: /abs/clip.npz}``)
+or a mapping that names a ``file``; when that file is absent and the entry has a ``make``
+recipe, the file is written first:
 
 - ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
   (:func:`mimic2dm.characters.demo_clip.make_demo_clip`);
@@ -23,6 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
+
+from mimic2dm.utils.validate import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +90,37 @@ def _make_dribble(out: Path, recipe: Mapping) -> None:
 MAKERS = {"demo": _make_demo, "synth": _make_synth, "aist": _make_aist, "dribble": _make_dribble}
 
 
+def clip_entries(data_cfg: Mapping) -> list[dict]:
+    """The entries of ``data.clips`` as ``{file, make?}`` dicts (a plain path is ``{file: path}``).
+
+    Raises:
+        ConfigError: no clips, an entry that is neither a path nor a mapping, or a mapping
+            without ``file`` (naming ``data.clips[i]``).
+    """
+    clips = list(data_cfg.get("clips") or [])
+    if not clips:
+        raise ConfigError("data.clips", [], "at least one 2D-motion file or recipe")
+    out = []
+    for i, entry in enumerate(clips):
+        if isinstance(entry, str | Path):
+            entry = {"file": str(entry)}
+        elif not isinstance(entry, Mapping):
+            raise ConfigError(
+                f"data.clips[{i}]", entry, "a 2D-motion file path or a mapping {file, make?}"
+            )
+        elif not entry.get("file"):
+            raise ConfigError(
+                f"data.clips[{i}].file", entry.get("file"), "a 2D-motion file path (or a folder)"
+            )
+        out.append(dict(entry))
+    return out
+
+
 def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
     """Resolve (and, where needed, make) the 2D-motion files of the ``data`` group.
 
     Args:
-        data_cfg: the ``data`` group (``clips: [{file, make?}]``).
+        data_cfg: the ``data`` group (``clips: [path | {file, make?}]``).
         run_dir: the run directory.
 
     Returns:
@@ -99,13 +128,11 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
 
     Raises:
         FileNotFoundError: a file is missing and has no ``make`` recipe.
-        ValueError: unknown recipe kind or no clips.
+        ConfigError: no clips or a malformed entry (:func:`clip_entries`).
+        ValueError: unknown recipe kind.
     """
-    clips = list(data_cfg.get("clips") or [])
-    if not clips:
-        raise ValueError("data.clips is empty: list 2D-motion files (or recipes) to track")
     out = []
-    for entry in clips:
+    for entry in clip_entries(data_cfg):
         path = Path(str(entry["file"]))
         path = path if path.is_absolute() else Path(run_dir) / "data" / path
         recipe = entry.get("make")
