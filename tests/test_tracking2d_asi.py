@@ -168,3 +168,22 @@ def test_task_rescores_the_start_state_and_counts_samples():
     del ep["tensors"]["start_slot"]  # an older checkpoint
     task.load_episode_state(ep)
     assert (task.start_slot == -1).all()
+
+
+def test_update_inserts_the_best_candidate_per_frame_and_skips_worse_ones():
+    buf = buffers(F=3, M=2)
+    fill(buf, 0, torch.tensor([1.0, 2.0]))
+    fill(buf, 1, torch.tensor([1.0, 2.0]))
+    fill(buf, 2, torch.tensor([1.0, 2.0]))
+    states = toy_states(5)
+    states.root_pos[:, 0] = torch.arange(5.0)
+    frames = torch.tensor([0, 0, 1, 2, 2])
+    values = torch.tensor([3.0, 5.0, 0.5, 4.0, float("nan")])
+    assert int(buf.update(frames, states, values)) == 2
+    # frame 0: the better of its two candidates replaced the lowest score (1.0)
+    assert sorted(buf.scores[0].tolist()) == [2.0, 5.0]
+    assert 1.0 in buf.states["root_pos"][0, :, 0].tolist()
+    # frame 1: 0.5 beats nothing; frame 2: the non-finite value is ignored, 4.0 goes in
+    assert sorted(buf.scores[1].tolist()) == [1.0, 2.0]
+    assert sorted(buf.scores[2].tolist()) == [2.0, 4.0]
+    assert 3.0 in buf.states["root_pos"][2, :, 0].tolist()

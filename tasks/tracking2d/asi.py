@@ -13,7 +13,8 @@ every value the task has seen (the mean cancels in the softmax): scores live on 
 normalised scale whatever the return's magnitude, so ``T = 1`` keeps sampling diverse.
 
 Scores come from the learner's critic through the task's value hook. States visited
-during rollouts replace their buffer's lowest score when they beat it. Rescoring: a
+during rollouts replace their buffer's lowest score when they beat it (the best one per
+frame per control step). Rescoring: a
 stored state is re-scored by the current critic whenever it starts an episode (the
 episode's first observation *is* that state, and its value comes back through the
 same hook); every ``rescore_every`` iterations, one iteration draws each frame's
@@ -214,7 +215,10 @@ class StateBuffers:
         self.rescored += int(f.numel())
 
     def update(self, frames: torch.Tensor, states: SimState, values: torch.Tensor) -> torch.Tensor:
-        """Insert states whose critic value beats their buffer's lowest score.
+        """Insert, per frame, the best of the states offered for it when its critic value
+        beats the buffer's lowest score (one candidate per frame per control step: a
+        frame's other candidates wait for later steps, which keeps this one vectorised
+        pass; with many envs per frame the buffers still fill within a few steps).
 
         Args:
             frames: ``[n]`` global frame of each state; states: :class:`SimState` ``[n]``;
@@ -227,28 +231,28 @@ class StateBuffers:
             return torch.zeros((), dtype=torch.long, device=values.device)
         ok = torch.isfinite(values) & states_finite(states)
         self._observe(values[ok])
-        order = torch.argsort(values, descending=True)
-        order = order[ok[order]]
-        # a tensor: no host sync per step
-        done = torch.zeros((), dtype=torch.long, device=values.device)
-        # duplicates of a frame are handled in successive rounds, best value first
-        while order.numel():
-            f = frames[order]
-            uniq, inv = torch.unique(f, return_inverse=True)
-            pos = torch.arange(f.shape[0])
-            first_pos = torch.full((uniq.shape[0],), f.shape[0]).scatter_reduce(0, inv, pos, "amin")
-            first = pos == first_pos[inv]
-            idx, rest = order[first], order[~first]
-            fr = frames[idx]
-            low, slot = self.scores[fr].min(dim=1)
-            better = values[idx] > low
-            idx, fr, slot = idx[better], fr[better], slot[better]
-            for k, v in self.states.items():
-                v[fr, slot] = getattr(states, k)[idx]
-            self.scores[fr, slot] = values[idx]
-            self.scored_at[fr, slot] = self.iteration
-            done = done + better.sum()
-            order = rest
+        idx = torch.nonzero(ok).flatten()
+        if idx.numel() == 0:
+            return torch.zeros((), dtype=torch.long, device=values.device)
+        # best candidate per frame: scatter the max value, keep the first index reaching it
+        f, v = frames[idx], values[idx].to(self.scores.dtype)
+        best = torch.full((self.num_frames,), float("-inf"), dtype=v.dtype).scatter_reduce(
+            0, f, v, "amax"
+        )
+        pos = torch.arange(idx.numel())
+        top = torch.full((self.num_frames,), idx.numel()).scatter_reduce(
+            0, f, torch.where(v == best[f], pos, idx.numel()), "amin"
+        )
+        fr = torch.nonzero(top < idx.numel()).flatten()
+        pick = idx[top[fr]]
+        low, slot = self.scores[fr].min(dim=1)
+        better = values[pick].to(self.scores.dtype) > low
+        pick, fr, slot = pick[better], fr[better], slot[better]
+        for k, buf in self.states.items():
+            buf[fr, slot] = getattr(states, k)[pick]
+        self.scores[fr, slot] = values[pick].to(self.scores.dtype)
+        self.scored_at[fr, slot] = self.iteration
+        done = better.sum()
         self.replacements += done
         return done
 
