@@ -1,11 +1,21 @@
-"""``mimic2dm bench train``: PPO samples/s with the envs in-process, in 1 and in 2 Ray actors
-(an app beside :mod:`mimic2dm.train`).
+"""``mimic2dm bench train``: PPO training speed of the current defaults against a fixed
+baseline, with the envs in-process, in 1 and in 2 Ray actors, and where each epoch's
+time goes (an app beside :mod:`mimic2dm.train`).
 
-The three measurements run in one process, one after the other, on the same config
-(the demo clip, the real network, ``num_envs`` envs in total), each for ``seconds`` of
+Four measurements run in one process, one after the other, each for ``seconds`` of
 training after its first (warm-up) epoch; Ray's start-up and the actors' start are not
-timed. Samples/s are PPO's: env steps collected and trained on per second of
-rollout + update.
+timed:
+
+- ``baseline``: in-process, with :data:`BASELINE` on top of the config (64 envs,
+  minibatch 512, 4 mini-epochs, 1 torch thread, 60 Hz physics, 1 MuJoCo thread);
+- ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults.
+
+Extra overrides (``-o``) and ``--num-envs`` apply to every mode, the baseline included,
+after the baseline's own (the settings each mode ran with are reported). Per mode: PPO
+samples/s (rollout + update, as rl-games counts them), wall samples/s (per second of
+epoch wall time, everything included) and the mean epoch split into physics, task,
+policy inference, PPO update and overhead (:func:`mimic2dm.rl.observer.time_breakdown`).
+Ratios are of wall samples/s, against the baseline and against ``in-process``.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from mimic2dm.rl.observer import BREAKDOWN
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -23,11 +34,27 @@ from mimic2dm.utils.reporting import (
     write_json_report,
 )
 
+BASELINE = (
+    "train.num_envs=64", "train.minibatch_size=512", "train.mini_epochs=4", "train.torch_threads=1",
+    "engine.physics_hz=60", "engine.num_threads=1",
+)  # fmt: skip
+"""The fixed baseline every run is compared with (overrides of the tracker config)."""
+
 MODES = (
-    ("in-process", "ray=none", 0),
-    ("ray, 1 actor", "ray=local", 1),
-    ("ray, 2 actors", "ray=local", 2),
+    ("baseline", "ray=none", 0, BASELINE),
+    ("in-process", "ray=none", 0, ()),
+    ("ray, 1 actor", "ray=local", 1, ()),
+    ("ray, 2 actors", "ray=local", 2, ()),
 )
+"""``(name, ray group, actors, overrides)`` of every measurement, in run order."""
+
+SETTINGS = {
+    "num_envs": "train.num_envs", "horizon_length": "train.horizon_length",
+    "minibatch_size": "train.minibatch_size", "mini_epochs": "train.mini_epochs",
+    "torch_threads": "train.torch_threads", "physics_hz": "engine.physics_hz",
+    "control_hz": "engine.control_hz", "engine_threads": "engine.num_threads",
+}  # fmt: skip
+"""What the tables and the JSON report of each mode's config (name -> config key)."""
 
 
 def _harmonic(rates: list[float]) -> float:
@@ -35,43 +62,69 @@ def _harmonic(rates: list[float]) -> float:
     return len(rates) / sum(1.0 / r for r in rates) if rates else 0.0
 
 
-def _measure(
-    run_dir: Path, group: str, actors: int, num_envs: int, seconds: float, extra: list[str]
-) -> dict:
-    from mimic2dm.train import compose_config, train
+def summarize(history: list[dict]) -> dict:
+    """Throughput and mean time breakdown of a run's per-epoch history (first epoch = warm-up).
 
-    overrides = [
-        f"run_dir={run_dir}", group, f"train.num_envs={num_envs}", f"train.max_seconds={seconds}",
-        "train.max_epochs=100000", "train.checkpoint.enabled=false", "logger.wandb=false",
-        "logger.tensorboard=false", "progress=false", *extra,
-    ]  # fmt: skip
-    if actors:
-        overrides += [f"ray.num_actors={actors}", "ray.actor_cpus=0.5"]
-    s = train(compose_config(overrides))
-    timed = s["history"][1:] or s["history"]
+    Returns:
+        ``{epochs, samples_per_s, env_steps_per_s, wall_samples_per_s, epoch_s,
+        breakdown: {part: {s_per_epoch, share, us_per_sample}}}``.
+    """
+    timed = history[1:] or history
+    frames = history[-1]["frame"] - (history[0]["frame"] if len(history) > 1 else 0)
+    wall = sum(h.get("perf/epoch_s", 0.0) for h in timed)
+    n = max(len(timed), 1)
+    parts = {p: sum(h.get(f"perf/{p}_s", 0.0) for h in timed) for p in BREAKDOWN}
     return {
         "epochs": len(timed),
         "samples_per_s": _harmonic([h.get("perf/samples_per_s", 0.0) for h in timed]),
         "env_steps_per_s": _harmonic([h.get("perf/env_steps_per_s", 0.0) for h in timed]),
-    }
+        "wall_samples_per_s": frames / wall if wall > 0 else 0.0,
+        "epoch_s": wall / n,
+        "breakdown": {
+            p: {"s_per_epoch": s / n, "share": s / wall if wall > 0 else 0.0,
+                "us_per_sample": 1e6 * s / frames if frames > 0 else 0.0}
+            for p, s in parts.items()
+        },
+    }  # fmt: skip
+
+
+def _measure(run_dir: Path, group: str, actors: int, seconds: float, overrides: list[str]) -> dict:
+    from omegaconf import OmegaConf
+
+    from mimic2dm.train import compose_config, train
+
+    base = [
+        f"run_dir={run_dir}", group, f"train.max_seconds={seconds}", "train.max_epochs=100000",
+        "train.checkpoint.enabled=false", "logger.wandb=false", "logger.tensorboard=false",
+        "progress=false",
+    ]  # fmt: skip
+    if actors:
+        base += [f"ray.num_actors={actors}", "ray.actor_cpus=0.5"]
+    cfg = compose_config(base + overrides)
+    settings = {k: OmegaConf.select(cfg, key) for k, key in SETTINGS.items()}
+    settings["ray_actors"] = actors
+    return {"settings": settings, **summarize(train(cfg)["history"])}
 
 
 def bench_train(
-    num_envs: int = 64,
+    num_envs: int | None = None,
     seconds: float = 20.0,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
 ) -> dict:
-    """Measure PPO samples/s in-process, with 1 and with 2 Ray actors, in this process.
+    """Measure the baseline and the defaults (in-process, 1 and 2 Ray actors) in this process.
 
     Args:
-        num_envs: total envs in every mode.
+        num_envs: total envs in every mode (None: each mode's own, the baseline's 64).
         seconds: timed training per mode (after one warm-up epoch).
-        overrides: extra tracker-config overrides (e.g. ``train.horizon_length=16``).
-        out_dir: where the three short runs go (default: a temporary dir).
+        overrides: extra tracker-config overrides for every mode (after the baseline's).
+        out_dir: where the short runs go (default: a temporary dir).
 
     Returns:
-        ``{"modes": {name: {samples_per_s, env_steps_per_s, epochs}}, "ratios": {name: x / in-process}}``.
+        ``{"seconds", "baseline_overrides", "modes": {name: {settings, ...}} (see
+        :func:`summarize`), "ratios": {"vs_baseline": {name: x}, "vs_in_process": {name: x},
+        "2_actors_vs_in_process": x, "per_sample_vs_baseline": {name: {part | "all": x}}}}``;
+        the first three are ratios of wall samples/s, the last of time per sample.
     """
     import ray
 
@@ -79,56 +132,98 @@ def bench_train(
     from mimic2dm.rl.vecenv import init_ray
 
     root = Path(out_dir or tempfile.mkdtemp(prefix="m2d_bench_"))
+    extra = list(overrides or []) + ([f"train.num_envs={num_envs}"] if num_envs else [])
     results, owns = {}, False
     try:
-        for name, group, actors in MODES:
+        for name, group, actors, fixed in MODES:
             if actors and not ray.is_initialized():
                 owns = init_ray(RayConfig(enabled=True), root)
-            results[name] = _measure(
-                root / name.replace(" ", "_").replace(",", ""),
-                group,
-                actors,
-                num_envs,
-                seconds,
-                list(overrides or []),
-            )
+            run_dir = root / name.replace(" ", "_").replace(",", "")
+            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *extra])
     finally:
         if owns:
             ray.shutdown()
-    base = results["in-process"]["samples_per_s"] or float("nan")
+
+    def ratios(ref: str) -> dict[str, float]:
+        den = results[ref]["wall_samples_per_s"] or float("nan")
+        return {k: v["wall_samples_per_s"] / den for k, v in results.items()}
+
+    vs_in = ratios("in-process")
     return {
-        "num_envs": num_envs, "seconds": seconds, "modes": results,
-        "ratios": {k: v["samples_per_s"] / base for k, v in results.items()},
+        "seconds": seconds, "baseline_overrides": list(BASELINE), "modes": results,
+        "ratios": {"vs_baseline": ratios("baseline"), "vs_in_process": vs_in,
+                   "2_actors_vs_in_process": vs_in["ray, 2 actors"],
+                   "per_sample_vs_baseline": _per_sample_ratios(results)},
     }  # fmt: skip
 
 
-def _table(result: dict) -> Table:
-    table = Table(
-        title=f"PPO training throughput, {result['num_envs']} envs, {result['seconds']:g} s per mode"
-    )
-    for col in ("envs hosted", "PPO samples/s", "env steps/s", "epochs timed", "vs in-process"):
-        table.add_column(col, justify="left" if col == "envs hosted" else "right")
-    for name, r in result["modes"].items():
-        table.add_row(
-            name,
-            f"{r['samples_per_s']:,.0f}",
-            f"{r['env_steps_per_s']:,.0f}",
-            str(r["epochs"]),
-            f"{result['ratios'][name]:.2f}x",
-        )
-    return table
+def _per_sample_ratios(results: dict) -> dict[str, dict[str, float]]:
+    """``{mode: {part | "all": time per sample / the baseline's}}`` (NaN where the baseline's is 0)."""
+
+    def us(mode: str) -> dict[str, float]:
+        b = results[mode]["breakdown"]
+        out = {p: b[p]["us_per_sample"] for p in BREAKDOWN}
+        return {**out, "all": sum(out.values())}
+
+    ref = us("baseline")
+    return {m: {k: v / ref[k] if ref[k] > 0 else float("nan") for k, v in us(m).items()}
+            for m in results}  # fmt: skip
+
+
+def _tables(result: dict) -> list[Table]:
+    modes, ratios = result["modes"], result["ratios"]
+    speed = Table(title=f"PPO training throughput, {result['seconds']:g} s per mode")
+    cols = ("mode", "envs", "minibatch\nx epochs", "physics\nHz", "PPO\nsamples/s",
+            "wall\nsamples/s", "epochs", "vs\nbaseline", "vs\nin-process")  # fmt: skip
+    for col in cols:
+        speed.add_column(col, justify="left" if col == "mode" else "right")
+    for name, r in modes.items():
+        s = r["settings"]
+        speed.add_row(
+            name, str(s["num_envs"]), f"{s['minibatch_size']} x {s['mini_epochs']}",
+            f"{s['physics_hz']:g}", f"{r['samples_per_s']:,.0f}", f"{r['wall_samples_per_s']:,.0f}",
+            str(r["epochs"]), f"{ratios['vs_baseline'][name]:.2f}x",
+            f"{ratios['vs_in_process'][name]:.2f}x",
+        )  # fmt: skip
+    split = Table(title="Mean epoch: seconds (share of the epoch)")
+    per = Table(title="Milliseconds per 1,000 samples (vs baseline)")
+    for t in (split, per):
+        t.add_column("mode")
+        if t is split:
+            t.add_column("epoch", justify="right")
+        for p in BREAKDOWN:
+            t.add_column(p, justify="right")
+    per.add_column("all", justify="right")
+    for name, r in modes.items():
+        b, x = r["breakdown"], ratios["per_sample_vs_baseline"][name]
+        ms = {p: b[p]["us_per_sample"] for p in BREAKDOWN}  # us per sample = ms per 1,000
+        ms["all"] = sum(ms.values())
+        split.add_row(name, f"{r['epoch_s']:.3f}",
+                      *(f"{b[p]['s_per_epoch']:.3f} ({100 * b[p]['share']:.0f}%)" for p in BREAKDOWN))  # fmt: skip
+        per.add_row(name, *(f"{ms[k]:.0f} ({x[k]:.2f}x)" for k in ms))
+    return [speed, split, per]
 
 
 def bench_train_command(
-    num_envs: int = typer.Option(64, help="Total envs in every mode."),
-    seconds: float = typer.Option(20.0, help="Timed training seconds per mode."),
+    num_envs: int | None = typer.Option(
+        None, help="Total envs in every mode (default: the baseline's 64, the config's elsewhere)."
+    ),
+    seconds: float = typer.Option(
+        20.0, help="Timed training seconds per mode (after a warm-up epoch)."
+    ),
     override: list[str] = typer.Option(
-        [], "--override", "-o", help="Tracker config override (repeatable)."
+        [], "--override", "-o", help="Tracker config override for every mode (repeatable)."
     ),
     json_out: JsonOption = None,
 ) -> None:
-    """PPO samples/s with the envs in-process, in 1 and in 2 Ray actors (same run, ratios)."""
+    """PPO training speed: defaults vs a fixed baseline, in-process vs 1 and 2 Ray actors,
+    with each epoch's time split (same run, ratios)."""
     with library_output_to_log("bench"):
         result = bench_train(num_envs, seconds, override)
-    human_console(json_out).print(_table(result))
+    console = human_console(json_out)
+    for table in _tables(result):
+        console.print(table)
+    console.print(
+        f"ray, 2 actors vs in-process: {result['ratios']['2_actors_vs_in_process']:.2f}x (wall samples/s)"
+    )
     write_json_report(result, json_out)

@@ -83,16 +83,46 @@ def test_eval_command_on_a_tiny_trained_tracker(tmp_path):
         pytest.skip(f"eval --video not run: {no_gl_message()}")
 
 
-def test_bench_train_reports_three_modes_and_ratios(tmp_path):
+def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
+    from mimic2dm.rl.observer import BREAKDOWN
+    from mimic2dm.train import compose_config
     from mimic2dm.train_bench import bench_train
 
-    overrides = [o for o in TINY if not o.startswith("train.num_envs")] + [
-        "data.clips.0.make.seconds=1.5"
-    ]
+    overrides = [o for o in TINY if not o.startswith(("train.num_envs", "train.minibatch_size"))]
+    overrides += ["data.clips.0.make.seconds=1.5"]
     r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path)
-    assert set(r["modes"]) == set(r["ratios"]) and len(r["modes"]) == 3
-    assert r["ratios"]["in-process"] == 1.0
-    assert all(m["samples_per_s"] > 0 for m in r["modes"].values())
+    names = ["baseline", "in-process", "ray, 1 actor", "ray, 2 actors"]
+    assert list(r["modes"]) == names
+    assert set(r["ratios"]["vs_baseline"]) == set(r["ratios"]["vs_in_process"]) == set(names)
+    assert r["ratios"]["vs_baseline"]["baseline"] == 1.0
+    assert r["ratios"]["vs_in_process"]["in-process"] == 1.0
+    assert r["ratios"]["2_actors_vs_in_process"] == r["ratios"]["vs_in_process"]["ray, 2 actors"]
+    assert r["ratios"]["per_sample_vs_baseline"]["baseline"]["all"] == 1.0
+    # the baseline's fixed settings; the other modes run the config's own
+    base, default = r["modes"]["baseline"]["settings"], r["modes"]["in-process"]["settings"]
+    assert base["minibatch_size"] == 512 and base["physics_hz"] == 60
+    assert default["minibatch_size"] == compose_config([]).train.minibatch_size
+    assert default["physics_hz"] == compose_config([]).engine.physics_hz
+    for name, m in r["modes"].items():
+        assert m["samples_per_s"] > 0 and m["wall_samples_per_s"] > 0, name
+        b = m["breakdown"]
+        assert list(b) == list(BREAKDOWN), name
+        assert all(v >= 0 for part in b.values() for v in part.values()), (name, b)
+        total = sum(part["s_per_epoch"] for part in b.values())
+        assert abs(total - m["epoch_s"]) <= 0.1 * m["epoch_s"], (name, total, m["epoch_s"])
+        # the engine's timer reaches the learner, from Ray actors too
+        assert b["physics"]["s_per_epoch"] > 0 and b["update"]["s_per_epoch"] > 0, (name, b)
+
+
+def test_time_breakdown_parts_sum_to_the_epoch():
+    from mimic2dm.rl.observer import time_breakdown
+
+    t = {"step_time": 2.0, "play_time": 3.0, "update_time": 1.5}
+    parts = time_breakdown(t, physics=0.5, wall=5.0)
+    assert parts == {"physics": 0.5, "task": 1.5, "inference": 1.0, "update": 1.5, "overhead": 0.5}
+    # a physics time above the step's (clock noise across processes) is capped, never negative
+    parts = time_breakdown(t, physics=2.5, wall=4.0)
+    assert parts["physics"] == 2.0 and parts["task"] == 0.0 and parts["overhead"] == 0.0
 
 
 def test_eval_command_bad_input_is_a_clear_error(tmp_path):

@@ -130,9 +130,10 @@ def test_bench_train_json_to_stdout_in_a_real_process():
                          env={**os.environ, "WANDB_MODE": "offline"})  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(res.stdout)
-    assert set(result["modes"]) == {"in-process", "ray, 1 actor", "ray, 2 actors"}
+    assert set(result["modes"]) == {"baseline", "in-process", "ray, 1 actor", "ray, 2 actors"}
     assert all(m["samples_per_s"] > 0 for m in result["modes"].values())
-    assert "PPO samples/s" in res.stderr
+    assert all(set(m["breakdown"]) >= {"physics", "update"} for m in result["modes"].values())
+    assert "PPO training throughput" in res.stderr and "2 actors vs in-process" in res.stderr
 
 
 # ----------------------------------------------------------------------------- extract start-up

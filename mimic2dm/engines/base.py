@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -382,6 +383,7 @@ class Engine(abc.ABC):
         self.physics_dt = options.physics_dt
         self.device = torch.device(options.device)
         self.num_envs = num_envs
+        self.physics_seconds = 0.0  # wall time spent in _step, for the training time breakdown
         self.character = resolve_character(character)
         self.objects = tuple(objects)
         self.layout = self._build()
@@ -449,12 +451,17 @@ class Engine(abc.ABC):
     def step(self, targets: torch.Tensor | None = None) -> None:
         """Advance every env by one control step (``substeps`` physics steps).
 
+        The wall time of the backend's step is added to ``physics_seconds`` (a running total;
+        on a GPU backend that does not synchronise it is the launch time only).
+
         Args:
             targets: optional ``[N, J]`` PD targets to set first (see :meth:`set_pd_targets`).
         """
         if targets is not None:
             self.set_pd_targets(targets)
+        t0 = time.perf_counter()
         self._step()
+        self.physics_seconds += time.perf_counter() - t0
 
     # ------------------------------------------------------------------ read-out
     def get_state(self) -> SimState:

@@ -87,12 +87,13 @@ class TrackerAgent(A2CAgent):
 
     # ------------------------------------------------------------------ epochs
     def train_epoch(self):
+        start = time.perf_counter()
         if self._train_start is None:
-            self._train_start = time.perf_counter()
+            self._train_start = start
         out = super().train_epoch()
         step_time, play_time, update_time, total_time = out[:4]
         self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
-                             "total_time": total_time, "frames": float(self.curr_frames)}  # fmt: skip
+                             "total_time": total_time, "frames": float(self.curr_frames), "start": start}  # fmt: skip
         if self.max_seconds and time.perf_counter() - self._train_start >= self.max_seconds:
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out

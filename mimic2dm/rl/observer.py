@@ -10,6 +10,9 @@ Per epoch, at step = env frames so far:
 - the task's own statistics (tracking: ``asi/...``, adaptive state initialisation);
 - ``perf/env_steps_per_s`` (env stepping only), ``perf/rollout_samples_per_s`` (env +
   policy), ``perf/learner_samples_per_s`` (PPO update) and ``perf/samples_per_s`` (all);
+- the epoch's wall time ``perf/epoch_s`` and where it went (:func:`time_breakdown`):
+  ``perf/physics_s``, ``perf/task_s``, ``perf/inference_s``, ``perf/update_s``,
+  ``perf/overhead_s`` (seconds; they sum to ``perf/epoch_s``);
 - ``ray/actor_restarts``; rl-games' own losses, KL and learning rate as ``rl/...``.
 
 Every ``video_every`` epochs (0: never) the current policy is also evaluated by the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +70,32 @@ class WriterBridge:
         pass
 
 
+BREAKDOWN = ("physics", "task", "inference", "update", "overhead")
+"""The parts of an epoch's wall time, in :func:`time_breakdown` order (``perf/<part>_s``)."""
+
+
+def time_breakdown(timing: dict[str, float], physics: float, wall: float) -> dict[str, float]:
+    """Where an epoch's wall time went, in seconds; the parts sum to ``wall``.
+
+    Args:
+        timing: rl-games' epoch times (``TrackerAgent.epoch_timing``): ``step_time`` (in
+            ``vec_env.step``), ``play_time`` (the rollout), ``update_time`` (the PPO update).
+        physics: seconds in the engine's step during the rollout (``infos['physics_s']``).
+        wall: the epoch's wall time, from the previous epoch's metrics to this one's.
+
+    Returns:
+        ``{"physics", "task" (env step minus physics: observations, rewards, resets, ASI,
+        Ray transfers), "inference" (rollout minus env steps: the policy, buffers, GAE),
+        "update", "overhead" (the rest: checkpoints, logging, evaluations)}``, each >= 0.
+    """
+    step, play, update = (max(float(timing.get(k, 0.0)), 0.0)
+                          for k in ("step_time", "play_time", "update_time"))  # fmt: skip
+    physics = min(max(float(physics), 0.0), step)
+    inference = max(play - step, 0.0)
+    return {"physics": physics, "task": step - physics, "inference": inference, "update": update,
+            "overhead": max(wall - step - inference - update, 0.0)}  # fmt: skip
+
+
 class TrackerObserver(AlgoObserver):
     """rl-games observer feeding a :class:`RunLogger`.
 
@@ -93,11 +123,13 @@ class TrackerObserver(AlgoObserver):
         self.bar = None
         self.last_epoch = -1
         self.history: list[dict[str, float]] = []
+        self._mark: float | None = None  # when the last epoch's metrics were taken
         self._reset_epoch()
 
     def _reset_epoch(self) -> None:
         self.stats = StepStats()
         self.restarts = 0
+        self.physics_s = 0.0
 
     # ------------------------------------------------------------------ rl-games hooks
     def after_init(self, algo) -> None:
@@ -118,14 +150,19 @@ class TrackerObserver(AlgoObserver):
         if "stats" in infos:
             self.stats.merge(infos["stats"])
         self.restarts += int(infos.get("actor_restarts", 0))
+        self.physics_s += float(infos.get("physics_s", 0.0))
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         if epoch_num == self.last_epoch:  # rl-games may call this twice per epoch
             return
         self.last_epoch = epoch_num
+        # one mark per epoch: this epoch's logging and evaluation count in the next one's overhead
+        now = time.perf_counter()
+        start = getattr(self.algo, "epoch_timing", {}).get("start", now)
+        wall, self._mark = now - (self._mark if self._mark is not None else start), now
         # rl-games passes the frame count from before this epoch; log at the count after it
         frame = int(getattr(self.algo, "frame", frame))
-        metrics = self.epoch_metrics()
+        metrics = self.epoch_metrics(wall)
         if (
             self.video_every > 0
             and epoch_num % self.video_every == 0
@@ -145,8 +182,9 @@ class TrackerObserver(AlgoObserver):
         self._reset_epoch()
 
     # ------------------------------------------------------------------ metrics
-    def epoch_metrics(self) -> dict[str, float]:
-        """This epoch's metrics (see the module docstring)."""
+    def epoch_metrics(self, wall: float | None = None) -> dict[str, float]:
+        """This epoch's metrics (see the module docstring); ``wall``: its wall time (s), for
+        the time breakdown (None: none)."""
         m = self.stats.metrics()
         m["ray/actor_restarts"] = float(self.restarts)
         algo = self.algo
@@ -157,6 +195,10 @@ class TrackerObserver(AlgoObserver):
                               ("learner_samples", "update_time"), ("samples", "total_time")):  # fmt: skip
                 if t.get(key):
                     m[f"perf/{name}_per_s"] = frames / t[key]
+            if wall is not None and t:
+                m["perf/epoch_s"] = float(wall)
+                for part, sec in time_breakdown(t, self.physics_s, wall).items():
+                    m[f"perf/{part}_s"] = sec
             stats = getattr(algo.vec_env, "stats", None)
             if stats is not None:
                 m.update(stats())

@@ -4,8 +4,10 @@ Both host batches of any registered :class:`~mimic2dm.tasks.base.Task`, built by
 ``make_task`` from one picklable ``TaskSpec``, and use nothing but the ``Task`` API;
 every env resets itself when its episode ends. Terminations and time-outs are both
 reported as ``dones``; ``infos['time_outs']`` marks the time-outs so that rl-games
-bootstraps them, and ``infos['stats']`` is the step's
-:class:`~mimic2dm.tasks.stats.StepStats` (reward terms, ended episodes, causes).
+bootstraps them, ``infos['stats']`` is the step's
+:class:`~mimic2dm.tasks.stats.StepStats` (reward terms, ended episodes, causes) and
+``infos['physics_s']`` the seconds of the step spent in the engine's step (with Ray: the
+largest over the actors, which step in parallel), for the training time breakdown.
 
 Tasks may use the critic's values of the states behind the last observation (adaptive
 state initialisation does): the agent calls :meth:`observe_values` before each step. The
@@ -85,8 +87,11 @@ class TaskVecEnv(IVecEnv):
 
     def step(self, actions: torch.Tensor):
         """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
+        engine = self.task.engine
+        before = engine.physics_seconds
         r = self.task.step(actions.detach().float().to(self.task.device))
-        infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0}
+        infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0,
+                 "physics_s": engine.physics_seconds - before}  # fmt: skip
         return r.obs, r.reward, r.done.to(torch.uint8), infos
 
     def stats(self) -> dict[str, float]:
@@ -131,6 +136,7 @@ class EnvActor:
         dev = self.task.device
         if values is not None:
             self.task.observe_values(torch.tensor(values, device=dev))  # Ray hands read-only arrays
+        before = self.task.engine.physics_seconds
         r = self.task.step(torch.tensor(actions, device=dev))
         host = lambda x: x.cpu().numpy()  # noqa: E731
         return (
@@ -139,6 +145,7 @@ class EnvActor:
             host(r.done),
             host(r.truncated),
             StepStats.of(r).to_host(),
+            self.task.engine.physics_seconds - before,
         )
 
     def stats(self) -> dict[str, float]:
@@ -263,7 +270,8 @@ class RayVecEnv(IVecEnv):
         stats = StepStats()
         for r in results:
             stats.merge(r[4])
-        infos = {"time_outs": cat(3).bool(), "stats": stats, "actor_restarts": restarted}
+        infos = {"time_outs": cat(3).bool(), "stats": stats, "actor_restarts": restarted,
+                 "physics_s": max(r[5] for r in results)}  # fmt: skip
         return cat(0), cat(1), cat(2).to(torch.uint8), infos
 
     def _replace(self, i: int, err: Exception):
@@ -300,6 +308,7 @@ class RayVecEnv(IVecEnv):
             np.ones(n, dtype=bool),
             np.ones(n, dtype=bool),
             StepStats(),
+            0.0,
         )
 
     def _call_all(self, method: str, *args_per_actor) -> list:
