@@ -79,13 +79,13 @@ def list_cmd(
 def demo(
     out: str = typer.Option("runs/demo", help="Output directory."),
     minutes: float = typer.Option(4.0, help="Training wall time (minutes)."),
-    num_envs: int = typer.Option(64, help="Parallel environments."),
+    num_envs: int = typer.Option(0, help="Parallel environments (0: the training default, 256)."),
     seed: int = typer.Option(0, help="Random seed."),
 ) -> None:
     """Train the 2D tracker on the project's demo clip (MuJoCo on CPU), then evaluate it."""
     from mimic2dm.demo import run_demo
 
-    run_demo(out, minutes=minutes, num_envs=num_envs, seed=seed)
+    run_demo(out, minutes=minutes, num_envs=num_envs or None, seed=seed)
 
 
 @app.command("eval")

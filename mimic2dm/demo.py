@@ -17,8 +17,11 @@ from pathlib import Path
 from rich.console import Console
 
 
-def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: int = 0) -> dict:
-    """Train for ``minutes`` of wall time, evaluate, and write everything into ``out``."""
+def run_demo(
+    out: str | Path, minutes: float = 4.0, num_envs: int | None = None, seed: int = 0
+) -> dict:
+    """Train for ``minutes`` of wall time (the training defaults; ``num_envs`` overrides
+    theirs), evaluate, and write everything into ``out``."""
     from mimic2dm.eval import evaluate
     from mimic2dm.render import gl_backend, no_gl_message
     from mimic2dm.rl.policy import load_policy, untrained_policy
@@ -40,10 +43,9 @@ def run_demo(out: str | Path, minutes: float = 4.0, num_envs: int = 64, seed: in
             "data=demo",
             f"run_dir={out / 'train'}",
             f"seed={seed}",
-            f"train.num_envs={num_envs}",
+            *([f"train.num_envs={num_envs}"] if num_envs else []),
             "train.max_epochs=1000000",
             f"train.max_seconds={minutes * 60:.0f}",
-            "train.torch_threads=1",
         ]
     )
     console.print(

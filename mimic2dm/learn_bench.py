@@ -108,8 +108,10 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
 
 
 def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_dir: str | Path = "runs/bench_learn",
-                eval_every: float | None = None, overrides: list[str] | None = None) -> dict:  # fmt: skip
-    """Train and evaluate every clip x seed (``seed = 0 .. seeds - 1``); see the module docstring.
+                eval_every: float | None = None, overrides: list[str] | None = None,
+                first_seed: int = 0) -> dict:  # fmt: skip
+    """Train and evaluate every clip x seed (``first_seed .. first_seed + seeds - 1``); see the
+    module docstring.
 
     Args:
         eval_every: training seconds between evaluations (default: ``minutes * 60 / 30``, >= 5 s).
@@ -117,7 +119,7 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
     every = eval_every if eval_every is not None else max(5.0, minutes * 60 / 30)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
     runs = [learn_one(c, s, minutes, Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}", every, list(overrides or []))
-            for c in clips for s in range(seeds)]  # fmt: skip
+            for c in clips for s in range(first_seed, first_seed + seeds)]  # fmt: skip
     return {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": runs}
 
 
@@ -204,7 +206,10 @@ def bench_learn_command(
         ",".join(DEFAULT_CLIPS), help="Comma-separated data configs (conf/data/<name>.yaml)."
     ),
     minutes: float = typer.Option(15.0, help="Training minutes per run (train.max_seconds)."),
-    seeds: int = typer.Option(1, help="Seeds per clip (0 .. N-1)."),
+    seeds: int = typer.Option(1, help="Seeds per clip (S .. S+N-1)."),
+    first_seed: int = typer.Option(
+        0, help="First seed S (runs of one benchmark split over several calls)."
+    ),
     eval_every: float = typer.Option(
         0.0, help="Training seconds between evaluations (0: minutes*60/30, >= 5)."
     ),
@@ -220,7 +225,9 @@ def bench_learn_command(
     if not names or seeds < 1 or minutes <= 0:
         raise typer.BadParameter("need --clips, --seeds >= 1 and --minutes > 0")
     with library_output_to_log("bench"):
-        result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override)
+        result = bench_learn(
+            names, minutes, seeds, out_dir, eval_every or None, override, first_seed=first_seed
+        )
     human_console(json_out).print(_table(result))
     if png:
         plot_curves(result, png)

@@ -191,6 +191,10 @@ class TaskEntry:
         build: ``fn(spec, engine, seed) -> Task``.
         characters: characters the task supports (None: every registered one).
         needs_data: the task tracks reference files (``TaskSpec.data``).
+        check_data: optional ``fn(motion) -> str | None`` on each loaded reference clip
+            (``Motion2D`` or ``Motion3D``) at start-up, before any run dir exists: None when
+            the task can track it, else what it expects instead (words for the ``ConfigError``
+            naming ``data.clips[i].file``), e.g. cameras that a video clip lacks.
         evaluate: optional ``fn(policy, data, views, json_out, picture_out, video_out) -> report``
             behind ``mimic2dm eval``.
         upgrade_spec: optional ``fn(old_spec_dict) -> TaskSpec dict`` for specs stored by older code.
@@ -202,6 +206,7 @@ class TaskEntry:
     build: Callable[..., Task]
     characters: tuple[str, ...] | None = None
     needs_data: bool = False
+    check_data: Callable[[Any], str | None] | None = None
     evaluate: Callable[..., dict] | None = None
     upgrade_spec: Callable[[dict], dict] | None = None
 

@@ -40,6 +40,24 @@ def test_agent_hands_critic_values_to_the_asi_buffers(tmp_path, clip):
     assert s["history"][-1]["asi/scored_fraction"] > 0
 
 
+def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path, clip):
+    lrs = []
+    s = train(
+        tiny_config(tmp_path / "run", clip, "train.max_epochs=100000", "train.max_seconds=4",
+                    "train.lr_schedule=linear", "train.learning_rate=1e-3", "logger.tensorboard=false"),
+        epoch_callback=lambda agent: lrs.append((agent.train_seconds(), agent.last_lr)),
+    )  # fmt: skip
+    assert s["epochs"] >= 3 and len(lrs) >= 3
+    # lr = 1e-3 (1 - t / 4 s), falling epoch by epoch, near zero at the end of the budget
+    for t, lr in lrs[1:]:
+        assert lr == pytest.approx(1e-3 * max(0.0, 1 - t / 4.0), abs=1e-4)
+    assert lrs[-1][1] < 0.3e-3 < lrs[0][1] and all(
+        a[1] >= b[1] for a, b in zip(lrs, lrs[1:], strict=False)
+    )
+    ck = load_checkpoint(s["last_checkpoint"])
+    assert ck["train_seconds"] >= 4.0 and ck["last_lr"] < 0.3e-3
+
+
 def test_exact_resume_gives_identical_weights(tmp_path, clip):
     k = 2
     train(

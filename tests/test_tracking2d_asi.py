@@ -170,20 +170,45 @@ def test_task_rescores_the_start_state_and_counts_samples():
     assert (task.start_slot == -1).all()
 
 
-def test_update_inserts_the_best_candidate_per_frame_and_skips_worse_ones():
+def test_update_keeps_the_best_of_stored_and_new_and_matches_one_by_one_insertion():
     buf = buffers(F=3, M=2)
     fill(buf, 0, torch.tensor([1.0, 2.0]))
     fill(buf, 1, torch.tensor([1.0, 2.0]))
     fill(buf, 2, torch.tensor([1.0, 2.0]))
-    states = toy_states(5)
-    states.root_pos[:, 0] = torch.arange(5.0)
-    frames = torch.tensor([0, 0, 1, 2, 2])
-    values = torch.tensor([3.0, 5.0, 0.5, 4.0, float("nan")])
-    assert int(buf.update(frames, states, values)) == 2
-    # frame 0: the better of its two candidates replaced the lowest score (1.0)
-    assert sorted(buf.scores[0].tolist()) == [2.0, 5.0]
-    assert 1.0 in buf.states["root_pos"][0, :, 0].tolist()
+    states = toy_states(6)
+    states.root_pos[:, 0] = torch.arange(6.0)
+    frames = torch.tensor([0, 0, 1, 2, 2, 0])
+    values = torch.tensor([3.0, 5.0, 0.5, 4.0, float("nan"), 2.0])
+    assert int(buf.update(frames, states, values)) == 3
+    # frame 0: 5 and 3 displace 1 and 2 (a new 2.0 does not displace a stored 2.0)
+    assert sorted(buf.scores[0].tolist()) == [3.0, 5.0]
+    assert sorted(buf.states["root_pos"][0, :, 0].tolist()) == [0.0, 1.0]
     # frame 1: 0.5 beats nothing; frame 2: the non-finite value is ignored, 4.0 goes in
     assert sorted(buf.scores[1].tolist()) == [1.0, 2.0]
     assert sorted(buf.scores[2].tolist()) == [2.0, 4.0]
     assert 3.0 in buf.states["root_pos"][2, :, 0].tolist()
+    # random batches: the same buffers as inserting one by one, best first, over the lowest
+    g = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        fast, slow = buffers(F=4, M=3), buffers(F=4, M=3)
+        fill(fast, 1, torch.tensor([0.0, 1.0, 2.0]))
+        fill(slow, 1, torch.tensor([0.0, 1.0, 2.0]))
+        n = 12
+        fr = torch.randint(0, 4, (n,), generator=g)
+        val = torch.randn(n, generator=g).round(decimals=1)
+        st = toy_states(n)
+        st.root_pos[:, 0] = torch.arange(float(n))
+        fast.update(fr, st, val)
+        for i in torch.argsort(val, descending=True, stable=True).tolist():
+            low, s = slow.scores[fr[i]].min(0)
+            if val[i] > low:
+                slow.scores[fr[i], s] = val[i]
+                slow.states["root_pos"][fr[i], s] = st.root_pos[i]
+        for f in range(4):
+            a = sorted(
+                zip(fast.scores[f].tolist(), fast.states["root_pos"][f, :, 0].tolist(), strict=True)
+            )
+            b = sorted(
+                zip(slow.scores[f].tolist(), slow.states["root_pos"][f, :, 0].tolist(), strict=True)
+            )
+            assert [x for x, _ in a] == [x for x, _ in b]

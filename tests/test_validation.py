@@ -168,6 +168,62 @@ def test_training_refuses_untrackable_clips_before_creating_the_run(tmp_path, fr
     assert str(clip) in str(ei.value) and not run.exists()
 
 
+def test_training_refuses_a_clip_without_cameras_in_one_line(tmp_path):
+    """A video clip (``data strip``) given as a plain path: exit 1, one line naming
+    ``data.clips[0].file`` and ``mimic2dm preprocess``, no traceback, no run dir."""
+    from mimic2dm.preprocess.clipio import strip_clip
+
+    clip = tmp_path / "video.npz"
+    save_motion2d(strip_clip(load_motion2d(write_demo(tmp_path / "gt.npz", seconds=1.0))), clip)
+    run = tmp_path / "run"
+    res = run_train(f"hydra.run.dir={run}", "data=files", f"data.clips=[{clip}]", "progress=false",
+                    "logger.wandb=false", cwd=tmp_path)  # fmt: skip
+    assert res.returncode == 1, res.stderr[-2000:]
+    lines = res.stderr.strip().splitlines()
+    assert lines[-1].startswith(
+        f"error: data.clips[0].file='{clip}': expected a clip with cameras"
+    ), res.stderr
+    assert "`mimic2dm preprocess`" in lines[-1] and len([ln for ln in lines if "error" in ln]) == 1
+    assert "Traceback" not in res.stderr + res.stdout
+    assert not run.exists()
+
+
+def test_clip_checks_follow_the_task(tmp_path):
+    """``check_data_files`` asks the task (``TaskEntry.check_data``): tracking2d and dribble need
+    cameras and a 2D clip; tracking3d takes a Motion3D (or a 2D clip's ground-truth 3D)."""
+    from omegaconf import OmegaConf
+
+    from mimic2dm.characters import load_character
+    from mimic2dm.motion.format import Motion3D, save_motion3d
+    from mimic2dm.preprocess.clipio import strip_clip
+    from mimic2dm.rl.config import check_data_files
+
+    gt = write_demo(tmp_path / "gt.npz", seconds=1.0)
+    video = tmp_path / "video.npz"
+    save_motion2d(strip_clip(load_motion2d(gt)), video)
+    m3 = tmp_path / "m3.npz"
+    pose, n = load_character("humanoid").default_pose, 20
+    rep = lambda x: np.repeat(np.asarray(x, dtype=float)[None], n, 0)  # noqa: E731
+    save_motion3d(Motion3D("humanoid", 30.0, rep(pose.root_pos), rep(pose.root_quat),
+                           np.zeros((n, load_character("humanoid").num_dof))), m3)  # fmt: skip
+
+    def check(task: str, clip: Path) -> None:
+        check_data_files(
+            OmegaConf.create({"task": {"name": task}, "data": {"clips": [str(clip)]}}), 30.0
+        )
+
+    for task in ("tracking2d", "dribble"):
+        check(task, gt)
+        with pytest.raises(
+            ConfigError, match=re.escape("data.clips[0].file=") + ".*mimic2dm preprocess"
+        ):
+            check(task, video)
+        with pytest.raises(ConfigError, match="a Motion3D is tracked by task=tracking3d"):
+            check(task, m3)
+    check("tracking3d", m3)  # a 3D reference is read as one (not refused as a bad Motion2D)
+    check("tracking3d", gt)
+
+
 def test_eval_refuses_short_clips_and_zero_views(tmp_path):
     from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 

@@ -44,6 +44,7 @@ def _train(run: Path, clip: Path, *overrides: str) -> subprocess.CompletedProces
     cmd = [sys.executable, "-m", "mimic2dm.train", f"hydra.run.dir={run}", "data=files",
            f"data.clips=[{clip}]", *TINY, "logger.tensorboard=false", *overrides]  # fmt: skip
     env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("HYDRA_FULL_ERROR", None)  # config errors as one line, as a user sees them
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
 
 
@@ -55,9 +56,11 @@ def test_strip_preprocess_train_eval(tmp_path):
         write_demo(gt, seconds=2.5)
     _cli("data", "strip", gt, "--out", video)
 
-    # a clip without cameras: training stops and says what to run
+    # a clip without cameras: training stops at start-up in one line that says what to run
     res = _train(tmp_path / "refused", video, "train.max_epochs=1")
-    assert res.returncode != 0 and "mimic2dm preprocess" in res.stderr, res.stderr[-2000:]
+    assert res.returncode == 1 and "mimic2dm preprocess" in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1].startswith(f"error: data.clips[0].file='{video}'")
+    assert "Traceback" not in res.stderr + res.stdout and not (tmp_path / "refused").exists()
 
     report = tmp_path / "report.json"
     _cli("preprocess", video, "--character", "humanoid", "--out", pre, "--gt", gt, "--json", report,

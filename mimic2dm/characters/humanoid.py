@@ -99,6 +99,20 @@ GAINS: dict[str, tuple[float, float, float]] = {
     "ankle": (600.0, 60.0, 200.0),
 }
 
+# The ``humanoid_amp`` variant (issue 10 section 4): gains close to the AMP-style humanoid
+# with light armature (docs/characters.md). The ankles keep 600/60: at AMP's 400/40 this
+# body does not stand with zero targets (the inverted-pendulum bound above).
+AMP_GAINS: dict[str, tuple[float, float, float]] = {
+    "abdomen": (1000.0, 100.0, 200.0),
+    "neck": (500.0, 50.0, 50.0),
+    "shoulder": (400.0, 40.0, 100.0),
+    "elbow": (300.0, 30.0, 70.0),
+    "hip": (500.0, 50.0, 250.0),
+    "knee": (500.0, 50.0, 250.0),
+    "ankle": (600.0, 60.0, 200.0),
+}
+AMP_ARMATURE = 0.02
+
 # Geoms per body: (type, attributes, mass kg). Total mass 63.4 kg.
 _GEOMS: dict[str, list[tuple[str, dict, float]]] = {
     "pelvis": [("capsule", {"fromto": (0, -0.05, 0.02, 0, 0.05, 0.02), "size": 0.085}, 9.0)],
@@ -198,15 +212,26 @@ def humanoid_mjcf() -> str:
     return build_mjcf("humanoid", humanoid_bodies(), _DEFAULTS)
 
 
-def make_humanoid() -> CharacterSpec:
-    """Build the humanoid :class:`CharacterSpec` (28 actuated DoF, 63.4 kg)."""
+def make_humanoid(variant: str = "default") -> CharacterSpec:
+    """Build the humanoid :class:`CharacterSpec` (28 actuated DoF, 63.4 kg).
+
+    Args:
+        variant: ``default`` (registry ``humanoid``: :data:`GAINS`, armature 0.1) or ``amp``
+            (registry ``humanoid_amp``: :data:`AMP_GAINS`, armature :data:`AMP_ARMATURE`).
+    """
+    if variant not in ("default", "amp"):
+        raise ValueError(f"humanoid variant {variant!r} is not one of default, amp")
     bodies = humanoid_bodies()
     table = joint_table(bodies)
     names = tuple(j for j, _ in table)
-    gains = np.array([GAINS[_joint_group(j)] for j in names])
+    table_gains = AMP_GAINS if variant == "amp" else GAINS
+    gains = np.array([table_gains[_joint_group(j)] for j in names])
+    defaults = _DEFAULTS
+    if variant == "amp":
+        defaults = {**_DEFAULTS, "joint": {**_DEFAULTS["joint"], "armature": AMP_ARMATURE}}
     stand_height = -(OFFSETS[10][2] + OFFSETS[11][2]) + FOOT_SOLE_DEPTH
     return CharacterSpec(
-        name="humanoid",
+        name="humanoid" if variant == "default" else f"humanoid_{variant}",
         keypoint_set="coco17",
         keypoint_names=KEYPOINT_NAMES,
         keypoint_sites=KEYPOINT_NAMES,
@@ -225,7 +250,7 @@ def make_humanoid() -> CharacterSpec:
             root_quat=(0.0, 0.0, 0.0, 1.0),
             dof_pos=np.zeros(len(names)),
         ),
-        mjcf=build_mjcf("humanoid", bodies, _DEFAULTS),
+        mjcf=build_mjcf("humanoid", bodies, defaults),
         tree=build_tree(bodies),
         fall_height=0.3,
         detector_class="person",

@@ -15,10 +15,10 @@ OBJECTS: Registry[ObjectSpec] = Registry("object")
 
 
 @functools.cache
-def _humanoid() -> CharacterSpec:
+def _humanoid(variant: str = "default") -> CharacterSpec:
     from mimic2dm.characters.humanoid import make_humanoid
 
-    return make_humanoid()
+    return make_humanoid(variant)
 
 
 @functools.cache
@@ -38,6 +38,8 @@ def _ball() -> ObjectSpec:
 CHARACTERS.register(
     "humanoid", _humanoid, description="CMU 15-body humanoid, 28 DoF, COCO-17 keypoints"
 )
+CHARACTERS.register("humanoid_amp", functools.partial(_humanoid, "amp"),
+                    description="the humanoid with AMP-style PD gains and armature 0.02")  # fmt: skip
 CHARACTERS.register("dog", _dog, description="robot dog, 12 DoF, dog17 keypoints")
 CHARACTERS.register("dog_spine", functools.partial(_dog, spine=True),
                     description="robot dog with spine and neck joints, 16 DoF, dog17 keypoints")  # fmt: skip

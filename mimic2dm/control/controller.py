@@ -208,6 +208,7 @@ class Controller:
         t1 = time.perf_counter()
         kp = task.engine.get_keypoints()[0]
         src.set_camera(*cam.place(kp[list(src.kset.root)].mean(0)))
+        task.refresh()  # the task caches projections per physics state: the cameras moved
         uv, valid = task.project_character()
         root, scale = character_anchor(uv[0], valid[0], src.kset)
         pix = anchor_chunk(buf[:, :need], root, scale, src.kset)

@@ -12,7 +12,10 @@
   bookkeeping and the python / numpy / torch RNG states. ``RUN_DIR/checkpoints/last.pt``
   is written every ``save_frequency`` epochs (plus a snapshot), ``best.pt`` whenever the
   mean episode return improves, and both at the end;
-- stops after ``max_seconds`` of training when asked;
+- stops after ``max_seconds`` of training when asked; with ``lr_schedule: linear`` and a
+  time limit, the learning rate decays linearly to zero over that time (rl-games' own
+  linear schedule counts epochs, which a time-limited run does not know in advance), so
+  that the last checkpoint is a settled policy;
 - after :meth:`TrackerAgent.request_stop` (Ctrl-C), stops when the epoch in progress is
   complete, at the point where periodic checkpoints are written, with the final checkpoint.
 
@@ -32,6 +35,18 @@ from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_st
 log = logging.getLogger(__name__)
 
 CHECKPOINT_VERSION = 1
+
+
+class TimeLinearScheduler:
+    """rl-games scheduler: ``lr = start * (1 - t / max_seconds)`` (floored at ``min_lr``),
+    ``t`` the agent's training time so far (resumes included)."""
+
+    def __init__(self, agent: TrackerAgent, start_lr: float, min_lr: float = 1e-6):
+        self.agent, self.start_lr, self.min_lr = agent, start_lr, min_lr
+
+    def update(self, current_lr, entropy_coef, epoch, frames, kl_dist, **kwargs):
+        frac = min(1.0, self.agent.train_seconds() / self.agent.max_seconds)
+        return max(self.min_lr, self.start_lr * (1.0 - frac)), entropy_coef
 
 
 class _Stopped(Exception):
@@ -69,6 +84,14 @@ class TrackerAgent(A2CAgent):
         self.epoch_timing: dict[str, float] = {}
         self._runtime: dict | None = None
         self._train_start: float | None = None
+        self.train_seconds_before = 0.0  # training time of the runs this one resumes
+        if self.linear_lr and self.max_seconds > 0:
+            self.scheduler = TimeLinearScheduler(self, float(params["config"]["learning_rate"]))
+
+    def train_seconds(self) -> float:
+        """Training time so far, earlier runs of a resumed one included (s)."""
+        now = 0.0 if self._train_start is None else time.perf_counter() - self._train_start
+        return self.train_seconds_before + now
 
     # ------------------------------------------------------------------ ASI hand-off
     def get_action_values(self, obs: dict) -> dict:
@@ -158,6 +181,7 @@ class TrackerAgent(A2CAgent):
             "version": CHECKPOINT_VERSION,
             "last_lr": self.last_lr, "entropy_coef": self.entropy_coef, "mean_rewards": self.mean_rewards,
             "runtime": self._runtime_state(), "rng": rng_state(), "meta": self.meta,
+            "train_seconds": self.train_seconds(),
         })  # fmt: skip
         return state
 
@@ -181,6 +205,7 @@ class TrackerAgent(A2CAgent):
         self.set_full_state_weights(ck, set_epoch=set_epoch)
         self.last_lr, self.entropy_coef = float(ck["last_lr"]), float(ck["entropy_coef"])
         self.mean_rewards = ck["mean_rewards"]
+        self.train_seconds_before = float(ck.get("train_seconds", 0.0))  # older checkpoints: 0
         self._runtime = ck["runtime"]
         self.saved_epoch = self.epoch_num
         self.resumed_from = self.epoch_num

@@ -90,7 +90,7 @@ class TrainConfig:
     minibatch_size: int = 512
     mini_epochs: int = 4
     learning_rate: float = 2e-4
-    lr_schedule: str = "fixed"  # fixed | linear | adaptive
+    lr_schedule: str = "fixed"  # fixed | linear (to 0 over max_seconds, else max_epochs) | adaptive
     kl_threshold: float = 0.008
     gamma: float = 0.99
     tau: float = 0.95
@@ -269,19 +269,27 @@ def minibatch_size(tc: TrainConfig, num_envs: int, note: bool = False) -> int:
 
 
 def check_data_files(cfg: DictConfig, control_hz: float) -> None:
-    """Check the ``data`` clips that already exist (recipes are made, and checked, later).
+    """Check the ``data`` clips that already exist (recipes are made, and checked, later):
+    each is read (``Motion3D`` or ``Motion2D``, by its ``kind``), must be trackable and must
+    pass the task's ``TaskEntry.check_data`` (e.g. tracking2d needs cameras).
 
     Raises:
-        ConfigError: ``data.clips`` is empty or an entry is neither a path nor ``{file, make?}``.
+        ConfigError: ``data.clips`` is empty, an entry is neither a path nor ``{file, make?}``,
+            or the task cannot track a clip (naming ``data.clips[i].file``).
         MotionFormatError: a clip is invalid, too short or fully masked (naming the file).
     """
-    from mimic2dm.motion.format import check_trackable, load_motion2d
+    from mimic2dm.motion.format import check_trackable, load_motion2d, load_motion3d, read_kind
     from mimic2dm.rl.data import clip_entries
 
+    task_check = load_task(str(cfg.task.name)).check_data
     for i, entry in enumerate(clip_entries(cfg.data)):
         path = Path(str(entry.get("file", "")))
         if path.is_absolute() and path.is_file():
-            check_trackable(load_motion2d(path), path, control_hz)
+            m = load_motion3d(path) if read_kind(path) == "motion3d" else load_motion2d(path)
+            check_trackable(m, path, control_hz)
+            problem = task_check(m) if task_check else None
+            if problem:
+                raise ConfigError(f"data.clips[{i}].file", str(path), problem)
         elif path.is_absolute() and not entry.get("make"):
             raise ConfigError(f"data.clips[{i}].file", str(path), "an existing 2D-motion file")
 

@@ -8,6 +8,7 @@ ball-lost termination is added. See docs/tasks.md.
 
 from mimic2dm.tasks.base import TaskEntry
 from mimic2dm.tasks.dribble.config import DribbleConfig
+from mimic2dm.tasks.tracking2d import check_clip
 
 
 def _build(spec, engine, seed):
@@ -34,5 +35,6 @@ ENTRY = TaskEntry(
     build=_build,
     characters=("humanoid",),
     needs_data=True,
+    check_data=check_clip,
     evaluate=_evaluate,
 )

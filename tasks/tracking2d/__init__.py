@@ -12,6 +12,19 @@ def _build(spec, engine, seed):
     return build(spec, engine, seed)
 
 
+def check_clip(motion) -> str | None:
+    """``TaskEntry.check_data``: a 2D clip with cameras per view (the reference is projected
+    through them), or what is expected instead."""
+    from mimic2dm.motion.format import Motion2D
+
+    if not isinstance(motion, Motion2D):
+        return "a 2D-motion clip (kind 'motion2d'); a Motion3D is tracked by task=tracking3d"
+    if not motion.has_cameras:
+        return ("a clip with cameras per view; this one has none (a video clip): run "
+                "`mimic2dm preprocess` on it first and train on its output (docs/preprocess.md)")  # fmt: skip
+    return None
+
+
 def _evaluate(*args, **kwargs):
     from mimic2dm.tasks.tracking2d.evaluation import evaluate
 
@@ -24,6 +37,7 @@ ENTRY = TaskEntry(
     config_cls=TrackingConfig,
     build=_build,
     needs_data=True,
+    check_data=check_clip,
     evaluate=_evaluate,
     upgrade_spec=upgrade_spec,
 )

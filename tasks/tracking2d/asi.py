@@ -13,8 +13,7 @@ every value the task has seen (the mean cancels in the softmax): scores live on 
 normalised scale whatever the return's magnitude, so ``T = 1`` keeps sampling diverse.
 
 Scores come from the learner's critic through the task's value hook. States visited
-during rollouts replace their buffer's lowest score when they beat it (the best one per
-frame per control step). Rescoring: a
+during rollouts replace their buffer's lowest score when they beat it. Rescoring: a
 stored state is re-scored by the current critic whenever it starts an episode (the
 episode's first observation *is* that state, and its value comes back through the
 same hook); every ``rescore_every`` iterations, one iteration draws each frame's
@@ -215,10 +214,12 @@ class StateBuffers:
         self.rescored += int(f.numel())
 
     def update(self, frames: torch.Tensor, states: SimState, values: torch.Tensor) -> torch.Tensor:
-        """Insert, per frame, the best of the states offered for it when its critic value
-        beats the buffer's lowest score (one candidate per frame per control step: a
-        frame's other candidates wait for later steps, which keeps this one vectorised
-        pass; with many envs per frame the buffers still fill within a few steps).
+        """Insert states whose critic value beats their buffer's lowest score.
+
+        Each touched buffer ends with the ``M`` best of its stored scores and the new
+        values (stored ones win ties; unscored slots count as ``-inf``): what inserting
+        the candidates one by one, best first, each over the lowest score, would give.
+        One vectorised pass.
 
         Args:
             frames: ``[n]`` global frame of each state; states: :class:`SimState` ``[n]``;
@@ -234,25 +235,39 @@ class StateBuffers:
         idx = torch.nonzero(ok).flatten()
         if idx.numel() == 0:
             return torch.zeros((), dtype=torch.long, device=values.device)
-        # best candidate per frame: scatter the max value, keep the first index reaching it
-        f, v = frames[idx], values[idx].to(self.scores.dtype)
-        best = torch.full((self.num_frames,), float("-inf"), dtype=v.dtype).scatter_reduce(
-            0, f, v, "amax"
+        f = frames[idx]
+        # candidates grouped per frame: [U, C] values and indices (padding -inf / -1)
+        order = torch.argsort(f, stable=True)
+        f, idx = f[order], idx[order]
+        uniq, counts = torch.unique_consecutive(f, return_counts=True)
+        U, C, M = uniq.numel(), int(counts.max()), self.scores.shape[1]
+        group = torch.repeat_interleave(torch.arange(U), counts)
+        within = torch.arange(f.numel()) - torch.repeat_interleave(
+            torch.cumsum(counts, 0) - counts, counts
         )
-        pos = torch.arange(idx.numel())
-        top = torch.full((self.num_frames,), idx.numel()).scatter_reduce(
-            0, f, torch.where(v == best[f], pos, idx.numel()), "amin"
-        )
-        fr = torch.nonzero(top < idx.numel()).flatten()
-        pick = idx[top[fr]]
-        low, slot = self.scores[fr].min(dim=1)
-        better = values[pick].to(self.scores.dtype) > low
-        pick, fr, slot = pick[better], fr[better], slot[better]
+        cand = torch.full((U, C), float("-inf"), dtype=self.scores.dtype)
+        cand_idx = torch.full((U, C), -1, dtype=torch.long)
+        cand[group, within] = values[idx].to(self.scores.dtype)
+        cand_idx[group, within] = idx
+        # the M best of stored + candidates; a stable sort keeps stored entries first on ties
+        pool = torch.cat([self.scores[uniq], cand], dim=1)  # [U, M + C]
+        rank = torch.sort(pool, dim=1, descending=True, stable=True).indices[:, :M]
+        chosen = torch.zeros_like(pool, dtype=torch.bool).scatter_(1, rank, True)
+        keep, take = chosen[:, :M], chosen[:, M:] & (cand_idx >= 0)
+        # the k-th freed slot of a buffer receives its k-th chosen candidate
+        free_rank = torch.cumsum(~keep, 1) - 1
+        slot_of_rank = torch.full((U, M), -1, dtype=torch.long)
+        u_free, s_free = torch.nonzero(~keep, as_tuple=True)
+        slot_of_rank[u_free, free_rank[u_free, s_free]] = s_free
+        u_take, c_take = torch.nonzero(take, as_tuple=True)
+        take_rank = (torch.cumsum(take, 1) - 1)[u_take, c_take]
+        slot = slot_of_rank[u_take, take_rank]
+        fr, pick = uniq[u_take], cand_idx[u_take, c_take]
         for k, buf in self.states.items():
             buf[fr, slot] = getattr(states, k)[pick]
         self.scores[fr, slot] = values[pick].to(self.scores.dtype)
         self.scored_at[fr, slot] = self.iteration
-        done = better.sum()
+        done = torch.tensor(pick.numel(), dtype=torch.long)
         self.replacements += done
         return done
 

@@ -111,6 +111,11 @@ class Tracking2DTask(Task):
         self._cache.clear()
         self.frame[env_ids] = self.source.begin(env_ids, starts, self.gen, view_ids)
 
+    def refresh(self) -> None:
+        """Forget the cached read-outs and projections: call after changing the reference's
+        cameras between steps (the task itself refreshes on every step and reset)."""
+        self._cache.clear()
+
     def _read(self, what: str):
         """Engine read-outs, fetched once per physics state (the cache clears on step/reset)."""
         if what not in self._cache:
@@ -125,10 +130,18 @@ class Tracking2DTask(Task):
         Returns:
             ``uv [N, V, K, 2]`` pixels and ``valid [N, V, K]`` (in front of the camera).
         """
-        R, t, k = self.source.cameras(self.frame)
-        kp = self._read("keypoints")[:, None].expand(-1, self.V, -1, -1)
-        uv, depth = project_points(R, t, k, kp)
-        return uv, depth > MIN_DEPTH
+        if "uv" not in self._cache:  # one projection per physics state (reused by the next step)
+            R, t, k = self._cameras()
+            kp = self._read("keypoints")[:, None].expand(-1, self.V, -1, -1)
+            uv, depth = project_points(R, t, k, kp)
+            self._cache["uv"] = (uv, depth > MIN_DEPTH)
+        return self._cache["uv"]
+
+    def _cameras(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The reference cameras at the current frames (cached like the engine read-outs)."""
+        if "cams" not in self._cache:
+            self._cache["cams"] = self.source.cameras(self.frame)
+        return self._cache["cams"]
 
     def reference(self, frame: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``uv [N, V, K, 2]`` and ``mask [N, V, K]`` of the reference at ``frame [N]``."""
@@ -137,7 +150,7 @@ class Tracking2DTask(Task):
 
     def _project_object(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The first object's centre in every view: ``uv [N, V, 2]``, ``valid [N, V]``."""
-        R, t, k = self.source.cameras(self.frame)
+        R, t, k = self._cameras()
         p = self._read("state").object_pos[:, :1, :][:, None].expand(-1, self.V, -1, -1)
         uv, depth = project_points(R, t, k, p)
         return uv[:, :, 0], depth[:, :, 0] > MIN_DEPTH
@@ -166,7 +179,7 @@ class Tracking2DTask(Task):
         """Observation ``[N, prop + V * view]`` of the current state (no camera parameters)."""
         prop = self._proprioception()
         uv, valid, ref_uv, ref_mask, ref_root = self.view_points()
-        _, _, k = self.source.cameras(self.frame)
+        _, _, k = self._cameras()
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
         view_obs = O.observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root),
                                     flat(k), self.root_idx)  # fmt: skip
