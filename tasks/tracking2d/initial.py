@@ -206,7 +206,9 @@ def initial_states(
 
 def _place_object(library: ReferenceLibrary, out: SimState) -> None:
     """Put the first object (the ball) where the clip's 3D object track has it, rolling with
-    the track's velocity; clips without one keep the engine's default object placement."""
+    the track's velocity (spin ``z x v / r`` with ``r`` its centre height: rolling without
+    slipping, so it does not slide and lose speed to friction); clips without one keep the
+    engine's default object placement."""
     if out.object_pos.shape[1] == 0:
         return
     for c, clip in enumerate(library.clips):
@@ -216,6 +218,8 @@ def _place_object(library: ReferenceLibrary, out: SimState) -> None:
         p = clip.object3d
         out.object_pos[sl, 0] = p
         if p.shape[0] > 1:
-            out.object_lin_vel[sl, 0] = torch.gradient(p, spacing=1.0 / library.control_hz, dim=0)[
-                0
-            ]
+            v = torch.gradient(p, spacing=1.0 / library.control_hz, dim=0)[0]
+            out.object_lin_vel[sl, 0] = v
+            r = p[:, 2:3].clamp_min(1e-2)
+            spin = torch.stack([-v[:, 1], v[:, 0], torch.zeros_like(v[:, 0])], dim=-1) / r
+            out.object_ang_vel[sl, 0] = spin
