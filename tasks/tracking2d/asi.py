@@ -240,10 +240,11 @@ class StateBuffers:
         order = torch.argsort(f, stable=True)
         f, idx = f[order], idx[order]
         uniq, counts = torch.unique_consecutive(f, return_counts=True)
-        U, C, M = uniq.numel(), int(counts.max()), self.scores.shape[1]
-        group = torch.repeat_interleave(torch.arange(U), counts)
+        # C = the most candidates a frame can have: the batch size (no read-back of counts.max())
+        U, C, M = uniq.numel(), f.numel(), self.scores.shape[1]
+        group = torch.repeat_interleave(torch.arange(U), counts, output_size=f.numel())
         within = torch.arange(f.numel()) - torch.repeat_interleave(
-            torch.cumsum(counts, 0) - counts, counts
+            torch.cumsum(counts, 0) - counts, counts, output_size=f.numel()
         )
         cand = torch.full((U, C), float("-inf"), dtype=self.scores.dtype)
         cand_idx = torch.full((U, C), -1, dtype=torch.long)
