@@ -38,8 +38,9 @@ SHORT_WALK_FRAMES = 40
 """The first 1.3 s of cmu_walk at 30 Hz: long enough to fall, short enough to learn in CI."""
 ABSOLUTE_EPOCHS = 100
 """The budget: 100 epochs of the default PPO settings (819k samples; lr decays to 0 over them)."""
-ABSOLUTE_LEVEL_PX = 60.0
-"""Mean 2D error (px at 1080p) the last checkpoint must beat on the whole short clip."""
+ABSOLUTE_LEVEL_PX = 70.0
+"""Mean 2D error (px at 1080p) the last checkpoint must beat on the whole short clip (measured
+2026-11-30: 41.5 px trained, 153.7 px untrained; 60 epochs gave 56.3 px, too close to call)."""
 
 
 @pytest.mark.slow
