@@ -89,7 +89,7 @@ def test_bad_keys_and_sizes_are_named():
 
 
 def test_minibatch_larger_than_the_batch_is_clamped(caplog):
-    tc = train_config(compose_config(["train.num_envs=8"]))  # batch 32 x 8 = 256 < 512
+    tc = train_config(compose_config(["train.num_envs=8", "train.minibatch_size=512"]))  # 256 < 512
     with caplog.at_level("INFO", logger="mimic2dm.rl.config"):
         c = rl_games_params(tc, LAYOUT, 8, 0, "/tmp/r")["config"]
     assert c["minibatch_size"] == 256 and "using minibatches of 256" in caplog.text
