@@ -1,5 +1,7 @@
 """The one conversion of the Hydra config: TaskSpec and rl-games params, with named errors."""
 
+from pathlib import Path
+
 import pytest
 from mimic2dm.tasks.base import TaskSpec
 from omegaconf import OmegaConf
@@ -169,3 +171,13 @@ def test_a_plain_path_in_data_clips_is_the_same_as_a_file_entry(tmp_path):
         ConfigError, match="data.clips\\[0\\].file=None: expected a 2D-motion file path"
     ):
         prepare_data({"clips": [{"make": {"kind": "demo"}}]}, tmp_path / "run")
+
+
+def test_cmu_all_data_config_lists_the_three_shared_clips():
+    """``conf/data/cmu_all.yaml`` (the all-CMU tracker of docs/control.md) composes with virtual
+    tracking views and names walk, run and hop."""
+    cfg = compose_config(["data=cmu_all", "task.view_mode=virtual", "task.camera_mode=tracking"])
+    validate_config(cfg)
+    mocap = [Path(c["make"]["mocap"]).name for c in cfg.data.clips]
+    assert mocap == ["cmu_walk.npz", "cmu_run.npz", "cmu_hop.npz"]
+    assert {c["make"]["kind"] for c in cfg.data.clips} == {"synth"}
