@@ -56,6 +56,15 @@ def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path,
     )
     ck = load_checkpoint(s["last_checkpoint"])
     assert ck["train_seconds"] >= 4.0 and ck["last_lr"] < 0.3e-3
+    # the time budget spans resumes (as max_epochs does): the spent budget ends at once,
+    # a larger one continues the decay from where it was
+    r = train(compose_config([f"resume={tmp_path / 'run'}"]))
+    assert r["epochs"] == s["epochs"] + 1
+    r = train(
+        compose_config([f"resume={tmp_path / 'run'}"]), resume_overrides=["train.max_seconds=6"]
+    )
+    ck2 = load_checkpoint(r["last_checkpoint"])
+    assert 6.0 <= ck2["train_seconds"] < 9.0 and r["epochs"] >= s["epochs"] + 2
 
 
 def test_exact_resume_gives_identical_weights(tmp_path, clip):

@@ -117,7 +117,8 @@ class TrackerAgent(A2CAgent):
         step_time, play_time, update_time, total_time = out[:4]
         self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
                              "total_time": total_time, "frames": float(self.curr_frames), "start": start}  # fmt: skip
-        if self.max_seconds and time.perf_counter() - self._train_start >= self.max_seconds:
+        # training time across resumes, like max_epochs: a resumed run continues the budget
+        if self.max_seconds and self.train_seconds() >= self.max_seconds:
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out
 
