@@ -103,13 +103,11 @@ GAINS: dict[str, tuple[float, float, float]] = {
 # with light armature (docs/characters.md). The ankles keep 600/60: at AMP's 400/40 this
 # body does not stand with zero targets (the inverted-pendulum bound above).
 AMP_GAINS: dict[str, tuple[float, float, float]] = {
+    **GAINS,  # hips, knees and ankles as above
     "abdomen": (1000.0, 100.0, 200.0),
     "neck": (500.0, 50.0, 50.0),
     "shoulder": (400.0, 40.0, 100.0),
     "elbow": (300.0, 30.0, 70.0),
-    "hip": (500.0, 50.0, 250.0),
-    "knee": (500.0, 50.0, 250.0),
-    "ankle": (600.0, 60.0, 200.0),
 }
 AMP_ARMATURE = 0.02
 
