@@ -19,13 +19,14 @@ MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
 def test_bench_learn_tiny_budget(tmp_path):
     out, png = tmp_path / "learn.json", tmp_path / "learn.png"
     res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_run", "--minutes", "0.15", "--seeds", "1",
-                                   "--eval-every", "3", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
+                                   "--first-seed", "3", "--eval-every", "3", "--out-dir", str(tmp_path / "runs"), "--json", str(out),
                                    "--png", str(png), "-o", "train.num_envs=16", "-o", "logger.tensorboard=false",
                                    "-o", "task.initial_state=auto"])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "last checkpoint" in res.output and "cmu_" in res.output
     r = json.loads(out.read_text())["runs"][0]
     assert r["checkpoint"].endswith("last.pt") and Path(r["checkpoint"]).is_file()
+    assert r["seed"] == 3 and r["run_dir"].endswith("cmu_run_seed3")  # --first-seed
     assert r["initial_state"] == "reference_3d"
     assert 0 < r["error_2d_px"] <= r["max_error_2d_px"] < 1e4
     assert r["mpjpe_mm"] > 0 and r["jitter"] > 0 and r["reference_jitter"] > 0
