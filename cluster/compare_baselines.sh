@@ -2,13 +2,14 @@
 # Paper Table 1 on cmu_walk, cmu_run, cmu_hop (single static view, synthetic from ../shared):
 # Mimic2DM (preprocessed, honest), Mimic2DM (ground-truth cameras, oracle), 3D-GT, Sfv*,
 # each trained for the same wall-clock budget, then `mimic2dm compare` (docs/baselines.md).
-#   cluster/compare_baselines.sh [BUDGET_S=3600] [OUT=runs/baselines]
+#   cluster/compare_baselines.sh [BUDGET_S=3600] [OUT=runs/baselines]   (CLIPS="cmu_walk cmu_run cmu_hop")
+# One run at a time: each gets the whole machine for BUDGET_S seconds of training.
 set -euo pipefail
 BUDGET=${1:-3600}
 OUT=$(realpath -m "${2:-runs/baselines}")
 SHARED=${MIMIC2DM_SHARED:-$(dirname "$(realpath "$0")")/../../shared}
 export WANDB_MODE=${WANDB_MODE:-offline}
-for clip in cmu_walk cmu_run cmu_hop; do
+for clip in ${CLIPS:-cmu_walk cmu_run cmu_hop}; do
   D=$OUT/$clip
   mkdir -p "$D/clips"
   mimic2dm data synth "$SHARED/data/mocap/$clip.npz" --character humanoid --views 1 --camera static \
@@ -18,7 +19,8 @@ for clip in cmu_walk cmu_run cmu_hop; do
       --gt "$D/clips/$clip.npz" --json "$D/clips/pre/report.json"
   train() {  # run_dir, reference file, extra overrides
     local run=$1 ref=$2; shift 2
-    mimic2dm-train data=files "data.clips=[{file: $ref}]" train.max_seconds="$BUDGET" run_dir="$D/$run" "$@"
+    mimic2dm-train data=files "data.clips=[{file: $ref}]" train.max_seconds="$BUDGET" train.max_epochs=100000000 \
+        progress=false run_dir="$D/$run" "$@"
   }
   train mimic2dm "$D/clips/pre/${clip}_video.npz"
   train mimic2dm_oracle "$D/clips/$clip.npz"
@@ -27,4 +29,4 @@ for clip in cmu_walk cmu_run cmu_hop; do
   mimic2dm compare "$D/mimic2dm" "$D/mimic2dm_oracle" "$D/gt3d" "$D/sfv" --data "$D/clips/$clip.npz" \
       --json "$D/table.json" --markdown "$D/table.md"
 done
-cat "$OUT"/*/table.md
+for clip in ${CLIPS:-cmu_walk cmu_run cmu_hop}; do echo "## $clip"; cat "$OUT/$clip/table.md"; done
