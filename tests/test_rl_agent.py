@@ -5,6 +5,7 @@ import ray
 import torch
 from rl_helpers import ensure_ray, tiny_config, write_demo
 
+from mimic2dm.rl.agent import TrackerAgent
 from mimic2dm.rl.envstate import states_equal
 from mimic2dm.rl.policy import load_policy
 from mimic2dm.rl.vecenv import TaskVecEnv
@@ -65,6 +66,31 @@ def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path,
     )
     ck2 = load_checkpoint(r["last_checkpoint"])
     assert 6.0 <= ck2["train_seconds"] < 9.0 and r["epochs"] >= s["epochs"] + 2
+
+
+def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(tmp_path, clip, monkeypatch):
+    """``train.collect_threads`` sets torch's threads for the rollout only (env steps see
+    1); the update, and everything after the rollout, run on ``train.torch_threads`` (2)."""
+    seen = {"step": set(), "update": set()}
+    step, update = TaskVecEnv.step, TrackerAgent.train_actor_critic
+
+    def spy_step(self, actions):
+        seen["step"].add(torch.get_num_threads())
+        return step(self, actions)
+
+    def spy_update(self, minibatch):
+        seen["update"].add(torch.get_num_threads())
+        return update(self, minibatch)
+
+    monkeypatch.setattr(TaskVecEnv, "step", spy_step)
+    monkeypatch.setattr(TrackerAgent, "train_actor_critic", spy_update)
+    before = torch.get_num_threads()
+    try:
+        train(tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "train.torch_threads=2",
+                          "train.collect_threads=1", "logger.tensorboard=false"))  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    assert seen == {"step": {1}, "update": {2}}
 
 
 def test_exact_resume_gives_identical_weights(tmp_path, clip):

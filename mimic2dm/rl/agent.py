@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Callable
 
+import torch
 from rl_games.algos_torch.a2c_continuous import A2CAgent
 
 from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
@@ -59,6 +60,8 @@ class TrackerAgent(A2CAgent):
     - ``run_dir``: where ``checkpoints/`` go (None: no checkpoints).
     - ``checkpoint``: :class:`~mimic2dm.rl.config.CheckpointConfig` as a dict.
     - ``max_seconds``: training-time limit (0: none).
+    - ``collect_threads``: torch threads during rollouts (0: unchanged); the update keeps
+      the run's ``torch_threads``.
     - ``meta``: stored in every checkpoint (resolved config, ``task_spec`` as plain data...).
     - ``epoch_callback``: ``fn(agent)`` called after every epoch (tests, tools).
     """
@@ -76,6 +79,7 @@ class TrackerAgent(A2CAgent):
         self.save_every = int(ck.get("save_frequency", 25))
         self.best_after = int(ck.get("save_best_after", 10))
         self.max_seconds = float(extra.get("max_seconds", 0.0))
+        self.collect_threads = int(extra.get("collect_threads", 0))
         self.meta = extra.get("meta", {})
         self.epoch_callback: Callable | None = extra.get("epoch_callback")
         self.stop_requested = False
@@ -109,6 +113,18 @@ class TrackerAgent(A2CAgent):
         super().prepare_dataset(batch_dict)
 
     # ------------------------------------------------------------------ epochs
+    def play_steps(self):
+        """rl-games' rollout, on ``collect_threads`` torch threads: its tensors are small
+        ([num_envs, ...]), so a second intra-op thread mostly contends with the engine's."""
+        n = torch.get_num_threads()
+        if not self.collect_threads or self.collect_threads == n:
+            return super().play_steps()
+        torch.set_num_threads(self.collect_threads)
+        try:
+            return super().play_steps()
+        finally:
+            torch.set_num_threads(n)
+
     def train_epoch(self):
         start = time.perf_counter()
         if self._train_start is None:

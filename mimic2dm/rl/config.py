@@ -108,6 +108,7 @@ class TrainConfig:
     max_seconds: float = 0.0  # stop after this much training time (0: no limit)
     games_to_track: int = 100
     torch_threads: int = 1  # 0: rl-games' choice (min(4, cores))
+    collect_threads: int = 0  # torch threads while collecting rollouts (0: torch_threads)
     device: str = "cpu"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -126,6 +127,7 @@ class TrainConfig:
             check(f"train.{name}", getattr(self, name), ge=0)
         check("train.grad_norm", self.grad_norm, gt=0)
         check("train.torch_threads", self.torch_threads, ge=0, integer=True)
+        check("train.collect_threads", self.collect_threads, ge=0, integer=True)
         check_device("train.device", self.device)
 
 
