@@ -68,7 +68,9 @@ def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path,
     assert 6.0 <= ck2["train_seconds"] < 9.0 and r["epochs"] >= s["epochs"] + 2
 
 
-def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(tmp_path, clip, monkeypatch):
+def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(
+    tmp_path, clip, monkeypatch
+):
     """``train.collect_threads`` sets torch's threads for the rollout only (env steps see
     1); the update, and everything after the rollout, run on ``train.torch_threads`` (2)."""
     seen = {"step": set(), "update": set()}
