@@ -32,6 +32,7 @@ from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import project_points
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
 from mimic2dm.preprocess import camera_init as ci
+from mimic2dm.preprocess import flips
 from mimic2dm.preprocess import losses as L
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import fit_poses
@@ -67,6 +68,8 @@ class PreprocessConfig:
     w_upright: float = 0.1
     w_temporal: float = 5.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
     w_limits: float = 10.0
+    limb_flips: bool = True  # per-limb depth-flip hypotheses after each pose fit (flips.py)
+    flip_speed: float = 2.0  # m/s of a limb point (relative to its pivot) costing 1 sigma^2
     w_focal_prior: float = 0.1  # on log(f / f0)
     w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
     w_camera_smooth: float = (
@@ -263,6 +266,19 @@ class _Problem:
             v["root_quat"].copy_(quat.reshape(H, T, 4))
             v["dof_pos"].copy_(dof.reshape(H, T, -1))
 
+    def flip_limbs_(self, progress=None) -> dict[str, int]:
+        """Per-limb depth-flip hypotheses (:func:`~mimic2dm.preprocess.flips.flip_limbs`),
+        then Levenberg-Marquardt again from the chosen patterns."""
+        cfg = self.cfg
+        with torch.no_grad():
+            changed = flips.flip_limbs(
+                self.model, self.v, self.cameras(), self.uv, self.weight, self.sigma, self.fps,
+                {"prior": cfg.w_prior, "ground": cfg.w_ground, "speed": 1.0 / cfg.flip_speed**2},
+                flips.limb_chains(self.model),
+            )  # fmt: skip
+        self.fit_poses(self.cfg.lm_iters, progress)
+        return changed
+
     def _ground_normal(self, body_up: torch.Tensor, prior_m: float = 0.1) -> torch.Tensor:
         """``[H, 3]`` unit normal of the plane through each frame's lowest contact point
         (where the feet touch the ground), regularised towards ``body_up [H, 3]`` (the root's
@@ -403,6 +419,7 @@ def fit_clip(
     S = min(T, cfg.hypothesis_frames)
     sub = np.unique(np.round(np.linspace(0, T - 1, S)).astype(int))
     total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
+    total_iters += cfg.lm_iters * int(cfg.limb_flips)
     tick = (lambda: progress(1, total_iters)) if progress else None
     v_all = _init_variables(model, spec, kset, uv, mask_t, fps, image_size, focal0, cfg, headings)
     info: dict[str, Any] = {
@@ -418,6 +435,8 @@ def fit_clip(
     prob.fit_poses(cfg.lm_iters, tick, free=True)
     prob.level_()
     prob.fit_poses(cfg.lm_iters, tick)
+    if cfg.limb_flips:
+        info["flipped_frames_hypotheses"] = prob.flip_limbs_(tick)
     losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
     info["seconds_hypotheses"] = time.perf_counter() - t0
     best = int(torch.argmin(losses))
