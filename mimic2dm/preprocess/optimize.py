@@ -10,8 +10,9 @@ Two stages, batched over frames and hypotheses in torch:
    and ground priors, and a short joint Adam run with the full loss. The hypothesis with
    the lowest loss is kept;
 2. refinement on every frame: the kept hypothesis is interpolated in time, every
-   pose refitted by Levenberg-Marquardt, then Adam polishes camera (focal included
-   when ``refine_focal``) and motion jointly.
+   pose refitted by Levenberg-Marquardt, each limb's depth pattern chosen per frame
+   (:mod:`mimic2dm.preprocess.flips`) and the poses refitted from it, then Adam polishes
+   camera (focal included when ``refine_focal``) and motion jointly.
 
 After each step the joint angles are projected onto the MJCF's limits and the camera
 kept in range. The loss is :mod:`mimic2dm.preprocess.losses` weighted by the config.
@@ -38,6 +39,7 @@ from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import fit_poses
 
 CAMERA_KINDS = ("static", "dynamic")
+LIMB_FLIPS = ("refine", "both", "none")
 
 
 @dataclass
@@ -68,8 +70,11 @@ class PreprocessConfig:
     w_upright: float = 0.1
     w_temporal: float = 5.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
     w_limits: float = 10.0
-    limb_flips: bool = True  # per-limb depth-flip hypotheses after each pose fit (flips.py)
-    flip_speed: float = 2.0  # m/s of a limb point (relative to its pivot) costing 1 sigma^2
+    level_prior_m: float = 0.1  # levelling: feet spread below this defers to the body's up axis
+    # per-limb depth-flip hypotheses (flips.py): "refine" (stage 2), "both" (also stage 1), "none"
+    limb_flips: str = "refine"
+    flip_margin: float = 0.01  # limb flips: loss gain per frame a flipped pattern needs
+    w_flip_speed: float = 0.01  # limb flips: per (m/s)^2 of a limb point about its pivot
     w_focal_prior: float = 0.1  # on log(f / f0)
     w_camera_motion: float = 0.1  # dynamic cameras: position offsets per metre
     w_camera_smooth: float = (
@@ -80,6 +85,10 @@ class PreprocessConfig:
     def __post_init__(self) -> None:
         if self.camera not in CAMERA_KINDS:
             raise ValueError(f"camera {self.camera!r} is not one of {', '.join(CAMERA_KINDS)}")
+        if self.limb_flips not in LIMB_FLIPS:
+            raise ValueError(
+                f"limb_flips {self.limb_flips!r} is not one of {', '.join(LIMB_FLIPS)}"
+            )
         if self.focal is not None and not (math.isfinite(self.focal) and self.focal > 0):
             raise ValueError(f"focal must be a finite number of pixels > 0, got {self.focal}")
         if (
@@ -273,7 +282,9 @@ class _Problem:
         with torch.no_grad():
             changed = flips.flip_limbs(
                 self.model, self.v, self.cameras(), self.uv, self.weight, self.sigma, self.fps,
-                {"prior": cfg.w_prior, "ground": cfg.w_ground, "speed": 1.0 / cfg.flip_speed**2},
+                {"reproj": cfg.w_reproj, "ground": cfg.w_ground, "lowest": cfg.w_lowest,
+                 "prior": cfg.w_prior, "skate": cfg.w_skate, "speed": cfg.w_flip_speed,
+                 "margin": cfg.flip_margin},
                 flips.limb_chains(self.model),
             )  # fmt: skip
         self.fit_poses(self.cfg.lm_iters, progress)
@@ -306,7 +317,9 @@ class _Problem:
             body_up = rot.quat_rotate(
                 q, torch.tensor([0.0, 0.0, 1.0]).expand(q.shape[:-1] + (3,))
             ).mean(1)
-            up = self._ground_normal(body_up / body_up.norm(dim=-1, keepdim=True))
+            up = self._ground_normal(
+                body_up / body_up.norm(dim=-1, keepdim=True), self.cfg.level_prior_m
+            )
             z = torch.tensor([0.0, 0.0, 1.0]).expand(H, 3)
             axis = torch.cross(up, z, dim=-1)
             angle = torch.atan2(axis.norm(dim=-1), (up * z).sum(-1))
@@ -419,7 +432,7 @@ def fit_clip(
     S = min(T, cfg.hypothesis_frames)
     sub = np.unique(np.round(np.linspace(0, T - 1, S)).astype(int))
     total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
-    total_iters += cfg.lm_iters * int(cfg.limb_flips)
+    total_iters += cfg.lm_iters * {"both": 2, "refine": 1}.get(cfg.limb_flips, 0)
     tick = (lambda: progress(1, total_iters)) if progress else None
     v_all = _init_variables(model, spec, kset, uv, mask_t, fps, image_size, focal0, cfg, headings)
     info: dict[str, Any] = {
@@ -435,7 +448,7 @@ def fit_clip(
     prob.fit_poses(cfg.lm_iters, tick, free=True)
     prob.level_()
     prob.fit_poses(cfg.lm_iters, tick)
-    if cfg.limb_flips:
+    if cfg.limb_flips == "both":
         info["flipped_frames_hypotheses"] = prob.flip_limbs_(tick)
     losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
     info["seconds_hypotheses"] = time.perf_counter() - t0
@@ -455,6 +468,8 @@ def fit_clip(
     prob.v = v_all
     if len(sub) < T:
         prob.fit_poses(cfg.lm_iters, tick)
+    if cfg.limb_flips in ("both", "refine"):
+        info["flipped_frames"] = prob.flip_limbs_(tick)
     info["seconds_lm"] = time.perf_counter() - t0 - info["seconds_hypotheses"]
     prob.run(cfg.iters, 0, cfg.refine_focal, tick, lr=cfg.polish_lr)
     with torch.no_grad():
