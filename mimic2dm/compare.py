@@ -71,9 +71,19 @@ def _per_frame(x: np.ndarray, T: int) -> np.ndarray:
     return np.broadcast_to(x, (x.shape[0], T, *x.shape[2:]))
 
 
+_ESTIMATES = ("est_keypoints3d", "init_character", "init_root_pos", "init_root_quat", "init_root_lin_vel",
+              "init_root_ang_vel", "init_dof_pos", "init_dof_vel")  # fmt: skip
+"""The fields ``mimic2dm preprocess`` estimates (3D keypoints, per-frame initial states)."""
+
+
 def eval_clip(data: Motion2D, cam: Motion2D | None) -> Motion2D:
     """``data`` seen through ``cam``'s cameras, its ground truth moved into ``cam``'s world
-    through view 0 (``cam=None``: ``data`` unchanged)."""
+    through view 0 (``cam=None``: ``data`` unchanged).
+
+    ``cam``'s estimates (a preprocessed clip's ``est_keypoints3d`` and initial states) come
+    along: a run trained on a preprocessed clip starts its evaluation from the state it
+    trained from (the honest setting: no ground truth), not from a pose fitted to the ground
+    truth, which in the estimated world stands at the wrong height and scale."""
     if cam is None or cam is data:
         return data
     T = data.num_frames
@@ -86,9 +96,7 @@ def eval_clip(data: Motion2D, cam: Motion2D | None) -> Motion2D:
     kp3d = None if data.keypoints3d is None else move(data.keypoints3d)
     obj = None if data.object3d is None else move(data.object3d[:, None])[:, 0]
     return replace(data, camera_R=cam.camera_R, camera_t=cam.camera_t, camera_intrinsics=cam.camera_intrinsics,
-                   keypoints3d=kp3d, object3d=obj, est_keypoints3d=None, init_character=None, init_root_pos=None,
-                   init_root_quat=None, init_root_lin_vel=None, init_root_ang_vel=None, init_dof_pos=None,
-                   init_dof_vel=None)  # fmt: skip
+                   keypoints3d=kp3d, object3d=obj, **{k: getattr(cam, k) for k in _ESTIMATES})  # fmt: skip
 
 
 def compare(run_dirs: list[str | Path], data: str | Path, camera: str = "run") -> dict:

@@ -189,6 +189,13 @@ def test_eval_clip_moves_the_ground_truth_into_the_runs_camera_world(tmp_path):
     d = lambda x: np.linalg.norm(x[:, 0] - x[:, 5], axis=-1)  # noqa: E731  distances are kept
     assert np.allclose(d(est.keypoints3d), d(gt.keypoints3d), atol=1e-6)
     assert eval_clip(gt, None) is gt
+    # a preprocessed run's own estimates come along: its evaluation starts from its own
+    # initial states, not from a pose fitted to the moved ground truth
+    from dataclasses import replace
+
+    est3d = gt.keypoints3d + np.array([0.0, 0.0, 0.1])
+    moved = eval_clip(gt, replace(other, est_keypoints3d=est3d))
+    assert moved.est_keypoints3d is est3d and est.est_keypoints3d is None
     # a Motion3D's camera is the preprocessed clip beside it, when it shows the same 2D keypoints
     save_motion2d(replace_cameras(gt, other), tmp_path / "walk_video.npz")
     save_motion3d(_motion3d(load_character("humanoid"), 10), tmp_path / "walk_video_motion3d.npz")
