@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from mimic2dm.preprocess.kinematics import CharacterModel
-from mimic2dm.preprocess.lm import _point_jacobian
+from mimic2dm.preprocess.lm import point_jacobian
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def limb_ik(
     for _ in range(iters):
         kp, _, root_rot, axes, pivots = model.jacobian_parts(pos, quat, dof)
         r = (kp[:, limb.sites] - tgt).flatten(1)  # [N, 3n]
-        G = _point_jacobian(kp[:, limb.sites], pos, root_rot, axes, pivots, below)
+        G = point_jacobian(kp[:, limb.sites], pos, root_rot, axes, pivots, below)
         Jm = G[..., cols].flatten(1, 2)  # [N, 3n, D]
         jtj = Jm.transpose(1, 2) @ Jm
         damp = 1e-3 * torch.diag_embed(torch.diagonal(jtj, dim1=1, dim2=2) + 1e-3)

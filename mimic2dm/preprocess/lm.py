@@ -20,7 +20,7 @@ from mimic2dm.geometry import rotations as rot
 from mimic2dm.preprocess.kinematics import CharacterModel
 
 
-def _point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
+def point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
     """``[N, Q, 3, P]``: derivatives of world points ``[N, Q, 3]`` w.r.t. ``[pos 3, rotvec 3, dofs J]``
     (the rotation vector turns the root in its own frame)."""
     N, Q, _ = points.shape
@@ -65,7 +65,7 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     if not jacobian:
         return r
     N, P = p.shape
-    G = _point_jacobian(kp, p[:, :3], root_rot, axes, pivots, model.site_below)  # [N, K, 3, P]
+    G = point_jacobian(kp, p[:, :3], root_rot, axes, pivots, model.site_below)  # [N, K, 3, P]
     f = k[:, None, :2, None] / z[..., None]  # [N, K, 1, 1] -> per row of D
     D = f * (R[:, None, :2, :] - (X[..., :2] / z)[..., None] * R[:, None, 2:3, :])  # [N, K, 2, 3]
     J_uv = (scale[..., None] * (D @ G)).flatten(1, 2)
@@ -78,7 +78,7 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     )
     eyeJ = torch.eye(J, dtype=p.dtype).expand(N, J, J)
     J_prior = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_prior * eyeJ], -1)
-    Gc = _point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[
+    Gc = point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[
         :, :, 2
     ]  # [N, C, P]
     J_ground = -c_ground * (cz < 0).to(p.dtype)[..., None] * Gc
