@@ -9,23 +9,36 @@ from __future__ import annotations
 import torch
 
 SUCCESS_THRESHOLD_PX = 100.0  # at 1080p
+ERROR_CAP_PX = 2160.0
+"""The most one keypoint's 2D error counts (px at 1080p: two image heights). A point that far
+off, or behind the camera, is lost either way; without the cap a point projected from just
+in front of the camera plane (a character left behind by a tracking camera) puts millions of
+pixels into a mean. Success (max error <= 100 px) does not change."""
 
 
 def reprojection_errors(
-    pred: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, image_height: int
+    pred: torch.Tensor,
+    ref: torch.Tensor,
+    mask: torch.Tensor,
+    image_height: int,
+    front: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-keypoint 2D distance in pixels at 1080p; NaN where masked.
+    """Per-keypoint 2D distance in pixels at 1080p, at most :data:`ERROR_CAP_PX`; NaN where masked.
 
     Args:
         pred: ``[..., K, 2]`` projected keypoints of the character (pixels).
         ref: ``[..., K, 2]`` reference keypoints (pixels).
         mask: ``[..., K]`` bool, observed reference keypoints.
         image_height: height of the image the pixels live in.
+        front: ``[..., K]`` bool, predicted points in front of the camera (default: all);
+            a point behind it has no image position and counts as :data:`ERROR_CAP_PX`.
 
     Returns:
         ``[..., K]`` errors (pixels at 1080p).
     """
-    err = (pred - ref).norm(dim=-1) * (1080.0 / image_height)
+    err = ((pred - ref).norm(dim=-1) * (1080.0 / image_height)).clamp_max(ERROR_CAP_PX)
+    if front is not None:
+        err = torch.where(front, err, torch.full_like(err, ERROR_CAP_PX))
     return torch.where(mask, err, torch.full_like(err, float("nan")))
 
 

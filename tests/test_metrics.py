@@ -18,6 +18,16 @@ def test_reprojection_error_rescales_to_1080p_and_masks():
     assert metrics.mean_error_2d(err) == pytest.approx(10.0)
 
 
+def test_reprojection_error_is_capped_and_counts_points_behind_the_camera_at_the_cap():
+    pred = torch.tensor([[[1e7, 0.0], [3.0, 4.0], [3.0, 4.0]]])  # [T=1, K=3, 2] at 1080p
+    ref = torch.zeros(1, 3, 2)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    front = torch.tensor([[True, True, False]])
+    err = metrics.reprojection_errors(pred, ref, mask, image_height=1080, front=front)
+    assert err[0].tolist() == [metrics.ERROR_CAP_PX, 5.0, metrics.ERROR_CAP_PX]
+    assert metrics.reprojection_errors(pred, ref, mask, 1080)[0, 2] == pytest.approx(5.0)
+
+
 def test_success_fails_when_any_frame_exceeds_threshold():
     err = torch.tensor(
         [[[10.0, 20.0], [30.0, float("nan")]], [[10.0, 20.0], [101.0, 5.0]]]

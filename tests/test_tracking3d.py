@@ -163,10 +163,11 @@ def test_train_tracking3d_then_compare_with_a_2d_run(tmp_path, monkeypatch):
     assert methods == ["3D-GT (tracks ground-truth 3D)", "Mimic2DM (ground-truth cameras)"]
     for r in out["rows"]:
         assert 0.0 <= r["success_rate"] <= 1.0 and r["error_2d_px"] >= 0 and r["mpjpe_mm"] >= 0
+        assert r["max_error_2d_px"] >= r["error_2d_px"]  # success is decided on the worst frame
         assert {"jitter", "foot_skating_m_s", "ground_penetration_mm", "floating_mm"} <= set(r)
     text = md.read_text()
     assert (
-        "| method | success (%) | 2D error (px) | MPJPE (mm)" in text
+        "| method | success (%) | 2D error (px) | max 2D error (px) | MPJPE (mm)" in text
         and "3D-GT" in text
         and "Mimic2DM" in text
     )

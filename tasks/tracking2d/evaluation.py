@@ -44,11 +44,12 @@ def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
 def _rollout(task: Tracking2DTask, policy, T: int):
     N, V, K = task.N, task.V, task.K
     rec = {"uv": torch.zeros(N, T, V, K, 2), "ref": torch.zeros(N, T, V, K, 2), "mask": torch.zeros(N, T, V, K, dtype=torch.bool),
-           "kp3d": torch.zeros(N, T, K, 3), "state0": []}  # fmt: skip
+           "front": torch.zeros(N, T, V, K, dtype=torch.bool), "kp3d": torch.zeros(N, T, K, 3), "state0": []}  # fmt: skip
     for t in range(T):
-        uv, _ = task.project_character()
+        uv, front = task.project_character()
         ref, mask = task.reference(task.frame)
         rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv.cpu(), ref.cpu(), mask.cpu()
+        rec["front"][:, t] = front.cpu()
         rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
         rec["state0"].append(task.engine.get_state().index(slice(0, 1)))  # rendered by render.py
         _record_object(task, rec, t, T)
@@ -68,12 +69,13 @@ def _record_object(task: Tracking2DTask, rec: dict, t: int, T: int) -> None:
     if "obj_uv" not in rec:
         N, V = task.N, task.V
         rec.update(obj_uv=torch.zeros(N, T, V, 2), obj_ref=torch.zeros(N, T, V, 2),
-                   obj_ok=torch.zeros(N, T, V, dtype=torch.bool), obj3d=torch.zeros(N, T, 3),
+                   obj_ok=torch.zeros(N, T, V, dtype=torch.bool),
+                   obj_front=torch.zeros(N, T, V, dtype=torch.bool), obj3d=torch.zeros(N, T, 3),
                    root3d=torch.zeros(N, T, 3))  # fmt: skip
     sim_c, sim_ok = task._project_object()
     s = task.engine.get_state()
     rec["obj_uv"][:, t], rec["obj_ref"][:, t] = sim_c.cpu(), track[0].cpu()
-    rec["obj_ok"][:, t] = (track[1] & sim_ok).cpu()
+    rec["obj_ok"][:, t], rec["obj_front"][:, t] = track[1].cpu(), sim_ok.cpu()
     rec["obj3d"][:, t], rec["root3d"][:, t] = s.object_pos[:, 0].cpu(), s.root_pos.cpu()
 
 
@@ -88,6 +90,7 @@ def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float) -> 
         rec["obj_ref"][i, :n, :, None],
         rec["obj_ok"][i, :n, :, None],
         int(height),
+        rec["obj_front"][i, :n, :, None],
     )
     d = (rec["obj3d"][i, :n, :2] - rec["root3d"][i, :n, :2]).norm(dim=-1)
     return {
@@ -100,7 +103,7 @@ def _metrics(
     rec, i: int, n: int, height: float, fps: float, gt3d: torch.Tensor | None, kset
 ) -> dict:
     err = metrics.reprojection_errors(
-        rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height)
+        rec["uv"][i, :n], rec["ref"][i, :n], rec["mask"][i, :n], int(height), rec["front"][i, :n]
     )  # [n, V, K]
     err = err.transpose(0, 1)  # [V, n, K]
     out = {
