@@ -88,18 +88,22 @@ def _metrics_2d(clip, kp3d: torch.Tensor, obj: torch.Tensor | None) -> dict:
         uv, depth = project_points(
             clip.cam_R[v, :n], clip.cam_t[v, :n], clip.intrinsics[v, :n], kp3d[:n]
         )
-        mask = clip.mask[v, :n] & (depth > MIN_DEPTH)
         errs.append(
-            metrics.reprojection_errors(uv, clip.uv[v, :n], mask, int(clip.image_height[v]))
+            metrics.reprojection_errors(
+                uv, clip.uv[v, :n], clip.mask[v, :n], int(clip.image_height[v]), depth > MIN_DEPTH
+            )
         )
         if obj is not None and clip.object_uv is not None:
             ouv, od = project_points(
                 clip.cam_R[v, :n], clip.cam_t[v, :n], clip.intrinsics[v, :n], obj[:n, None]
             )
-            ok = clip.object_valid[v, :n, None] & (od > MIN_DEPTH)
             obj_errs.append(
                 metrics.reprojection_errors(
-                    ouv, clip.object_uv[v, :n, None], ok, int(clip.image_height[v])
+                    ouv,
+                    clip.object_uv[v, :n, None],
+                    clip.object_valid[v, :n, None],
+                    int(clip.image_height[v]),
+                    od > MIN_DEPTH,
                 )
             )
     err = torch.stack(errs)  # [V, n, K]
@@ -160,6 +164,9 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         m.setdefault("success", m["success_3d"])
         per_seq.append(m)
     report = {"checkpoint": name, "views": views, "sequences": per_seq}
+    # the worst frame of all, as tracking2d reports it
+    if all("max_error_2d_px" in s for s in per_seq):
+        report["max_error_2d_px"] = float(max(s["max_error_2d_px"] for s in per_seq))
     for k in ("success", "error_2d_px", "object_error_2d_px", "mpjpe_mm", "jitter", "track_3d_mm",
               "foot_skating_m_s", "ground_penetration_mm", "floating_mm"):  # fmt: skip
         if all(k in s for s in per_seq):
