@@ -29,8 +29,15 @@ from mimic2dm.utils.reporting import (
 )
 
 DEFAULT_CLIPS = ("cmu_walk", "cmu_run", "cmu_hop")
-CLIP_OVERRIDES = {"dog_trot": ("character=dog",), "dog_pace": ("character=dog",)}
-"""Config overrides a clip needs (the dog clips track the dog): ``--clips dog_trot,dog_pace``."""
+CLIP_OVERRIDES = {
+    "dog_trot": ("character=dog",),
+    "dog_pace": ("character=dog",),
+    "dribble_cmu_run": ("task=dribble",),
+}
+"""Config overrides a clip needs: the dog clips track the dog (``--clips dog_trot,dog_pace``),
+the synthetic dribble trains the ``dribble`` task (its rows add the ball's metrics)."""
+OBJECT_KEYS = ("object_error_2d_px", "ball_within_reach")
+"""Ball metrics of the last checkpoint's evaluation, reported for runs with a ball."""
 
 
 def reference_jitter(clip_file: str | Path, control_hz: float) -> float:
@@ -104,6 +111,7 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
         "jitter": final["jitter"], "reference_jitter": ref_jitter,
         "jitter_ratio": final["jitter"] / ref_jitter if ref_jitter > 0 else None,
         "initial_state": final.get("initial_state"), "evals": evals, "curve": curve,
+        **{k: final[k] for k in OBJECT_KEYS if k in final},
     }  # fmt: skip
 
 
@@ -133,6 +141,9 @@ def _table(result: dict) -> Table:
     )
     cols = ("clip", "seed", "first success (min)", "final success", "2D err (px)", "max 2D err (px)",
             "MPJPE (mm)", "jitter (m/s^3)", "reference jitter", "jitter / ref")  # fmt: skip
+    ball = any(k in r for r in result["runs"] for k in OBJECT_KEYS)
+    if ball:
+        cols += ("ball 2D err (px)", "ball within reach")
     for c in cols:
         table.add_column(c, justify="left" if c == "clip" else "right")
     for r in result["runs"]:
@@ -140,7 +151,8 @@ def _table(result: dict) -> Table:
         table.add_row(r["clip"], str(r["seed"]), _fmt(None if t is None else t / 60, ".2f"),
                       "yes" if r["final_success"] else "no", _fmt(r["error_2d_px"]), _fmt(r["max_error_2d_px"]),
                       _fmt(r["mpjpe_mm"]), _fmt(r["jitter"]), _fmt(r["reference_jitter"]),
-                      _fmt(r["jitter_ratio"], ".2f"))  # fmt: skip
+                      _fmt(r["jitter_ratio"], ".2f"),
+                      *((_fmt(r.get(OBJECT_KEYS[0])), _fmt(r.get(OBJECT_KEYS[1]), ".2f")) if ball else ()))  # fmt: skip
     return table
 
 

@@ -35,3 +35,29 @@ def test_bench_learn_tiny_budget(tmp_path):
     # the last periodic evaluation of the same weights matches the final one (deterministic)
     assert r["time_to_first_success_s"] is None or r["time_to_first_success_s"] <= 0.15 * 60 + 60
     assert png.stat().st_size > 2000
+
+
+def test_bench_learn_table_adds_the_ball_columns_for_dribble_runs():
+    from rich.console import Console
+
+    from mimic2dm.learn_bench import CLIP_OVERRIDES, _table
+
+    assert CLIP_OVERRIDES["dribble_cmu_run"] == ("task=dribble",)
+    row = {"clip": "cmu_run", "seed": 0, "time_to_first_success_s": None, "final_success": False,
+           "error_2d_px": 40.0, "max_error_2d_px": 120.0, "mpjpe_mm": 150.0, "jitter": 500.0,
+           "reference_jitter": 400.0, "jitter_ratio": 1.25}  # fmt: skip
+    dribble = {
+        **row,
+        "clip": "dribble_cmu_run",
+        "object_error_2d_px": 321.5,
+        "ball_within_reach": 0.25,
+    }
+
+    def text(runs):
+        console = Console(width=300, record=True)
+        console.print(_table({"minutes": 1.0, "runs": runs}))
+        return console.export_text()
+
+    assert "ball 2D err" not in text([row])
+    out = text([row, dribble])
+    assert "ball 2D err" in out and "321.5" in out and "0.25" in out
