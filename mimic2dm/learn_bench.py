@@ -156,6 +156,9 @@ def _table(result: dict) -> Table:
     return table
 
 
+EVAL_PANEL_BOUNDS = 5.0
+"""The evaluation panel shows errors up to this many success bounds; larger ones sit on its top edge."""
+
 COLORS = [
     (31, 119, 180),
     (255, 127, 14),
@@ -167,7 +170,10 @@ COLORS = [
 
 
 def plot_curves(result: dict, out: str | Path, size: tuple[int, int] = (1000, 700)):
-    """Two panels (evaluation 2D error, training episode length) against training minutes."""
+    """Two panels (evaluation 2D error, training episode length) against training minutes.
+
+    The error panel stops at :data:`EVAL_PANEL_BOUNDS` x the 100 px success bound.
+    """
     from PIL import Image, ImageDraw
 
     W, H = size
@@ -183,6 +189,8 @@ def plot_curves(result: dict, out: str | Path, size: tuple[int, int] = (1000, 70
         x0, y0, x1, y1 = 70, 30 + i * (ph + 30), W - 20, 30 + i * (ph + 30) + ph - 30
         vals = [p[field] for r in result["runs"] for p in r[key] if p.get(field) is not None]
         vmax = max(vals + [line or 0.0, 1e-6]) * 1.05
+        if line is not None:  # errors of a lost character would flatten the curve near the bound
+            vmax = min(vmax, EVAL_PANEL_BOUNDS * line)
         d.rectangle([x0, y0, x1, y1], outline="black")
         d.text((x0, y0 - 14), title, fill="black")
         for f in (0.0, 0.5, 1.0):
@@ -195,7 +203,7 @@ def plot_curves(result: dict, out: str | Path, size: tuple[int, int] = (1000, 70
             return x0 + (t / 60) / tmax * (x1 - x0)
 
         def sy(v, y0=y0, y1=y1, vmax=vmax):
-            return y1 - v / vmax * (y1 - y0)
+            return y1 - min(v, vmax) / vmax * (y1 - y0)
 
         if line is not None:
             for xa in range(x0, x1, 12):
