@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from rl_helpers import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,3 +72,16 @@ def test_slurm_script_parses_and_passes_its_arguments_to_training():
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
     text = script.read_text()
     assert "--dashboard-host=0.0.0.0" in text and 'train.num_envs=$(( actors * 64 )) "$@"' in text
+
+
+@pytest.mark.slow
+def test_generators_e2e_script_trains_all_five_jobs_at_a_tiny_scale(tmp_path):
+    """`cluster/generators_e2e.sh OUT 0.002`: 1-4 steps per job; every job leaves its last.pt."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "WANDB_MODE": "offline"}  # fmt: skip
+    out = tmp_path / "gen"
+    res = subprocess.run(["bash", str(ROOT / "cluster" / "generators_e2e.sh"), str(out), "0.002"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    for job in ("fid", "tok", "gpt", "gpt_multiview", "diffusion"):
+        assert (out / job / "checkpoints" / "last.pt").is_file(), job
