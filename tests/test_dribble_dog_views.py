@@ -206,7 +206,7 @@ def test_parse_views():
 
 
 @pytest.mark.slow
-def test_eval_several_view_counts_and_init_from_with_more_views(tmp_path):
+def test_eval_several_view_counts_and_init_from_with_more_views(tmp_path, caplog):
     """A 1-view run, then a 2-view run started from its weights (init_from); `eval --views 1,2`
     reports every metric per view count; resume= refuses a new view count."""
     from rl_helpers import tiny_config
@@ -231,6 +231,7 @@ def test_eval_several_view_counts_and_init_from_with_more_views(tmp_path):
     s = train(tiny_config(two, path, "train.max_epochs=1", "logger.tensorboard=false", "task.num_views=2",
                           "task.initial_state=default_pose", f"init_from={one}"))  # fmt: skip
     assert s["epochs"] == 1
+    assert "fine-tune at train.learning_rate=0.0001" in caplog.text  # the default rate is too high
     w1 = load_checkpoint(one / "checkpoints" / "last.pt")["model"]
     assert (
         load_checkpoint(two / "checkpoints" / "last.pt")["meta"]["task_spec"]["config"]["num_views"]
