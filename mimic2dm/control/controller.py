@@ -88,7 +88,8 @@ class Record:
 
     Attributes:
         uv, ref: ``[T, V, K, 2]`` character projection and reference (pixels, the step's cameras).
-        mask: ``[T, V, K]`` reference mask and character in front of the camera.
+        mask: ``[T, V, K]`` reference mask (observed reference keypoints).
+        front: ``[T, V, K]`` character keypoints in front of the camera.
         kp3d: ``[T, K, 3]`` simulated keypoints (m); root_height: ``[T]``.
         cam_R, cam_t, cam_k: ``[T, V, ...]`` the cameras of each step.
         labels: ``[T]`` condition label id of each step.
@@ -101,6 +102,7 @@ class Record:
     uv: list = field(default_factory=list)
     ref: list = field(default_factory=list)
     mask: list = field(default_factory=list)
+    front: list = field(default_factory=list)
     kp3d: list = field(default_factory=list)
     root_height: list = field(default_factory=list)
     cam_R: list = field(default_factory=list)
@@ -231,7 +233,8 @@ class Controller:
         kp = task.engine.get_keypoints()[0]
         rec.uv.append(uv[0].cpu())
         rec.ref.append(ref[0].cpu())
-        rec.mask.append((mask & valid)[0].cpu())
+        rec.mask.append(mask[0].cpu())
+        rec.front.append(valid[0].cpu())
         rec.kp3d.append(kp.cpu())
         rec.root_height.append(float(task.engine.get_state().root_pos[0, 2]))
         rec.cam_R.append(R[0].cpu())

@@ -116,7 +116,7 @@ def generated_windows(rec: Record, W: int) -> torch.Tensor:
 def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> dict:
     """Success, 2D error and latency of one run."""
     err = metrics.reprojection_errors(
-        rec.stacked("uv"), rec.stacked("ref"), rec.stacked("mask"), height
+        rec.stacked("uv"), rec.stacked("ref"), rec.stacked("mask"), height, rec.stacked("front")
     )
     err = err.transpose(0, 1)  # [V, T, K]
     h = np.asarray(rec.root_height)

@@ -217,7 +217,7 @@ def _video(ctl: Controller, rec, path: str) -> None:
     cam = Camera(rec.stacked("cam_R")[:, 0], rec.stacked("cam_t")[:, 0], rec.stacked("cam_k")[:, 0],
                  ctl.cfg.camera.width, ctl.cfg.camera.height)  # fmt: skip
     frames = try_render(ctl.spec.character, SimState.cat(rec.states), cam, ctl.spec.objects,
-                        ref_uv=rec.stacked("ref")[:, 0].numpy(), ref_mask=rec.stacked("mask")[:, 0].numpy(),
+                        ref_uv=rec.stacked("ref")[:, 0].numpy(), ref_mask=(rec.stacked("mask") & rec.stacked("front"))[:, 0].numpy(),
                         kset=_kset(ctl.engine.character.keypoint_set))  # fmt: skip
     if frames is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
