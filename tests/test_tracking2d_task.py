@@ -133,6 +133,53 @@ def test_multi_view_episodes_observe_each_view(demo):
     assert not torch.allclose(v1, v2)  # two different virtual cameras
 
 
+@pytest.mark.parametrize("view_mode", ["virtual", "mixed"])
+def test_batched_tracking_views_are_tracking_cameras_of_the_clip(demo, view_mode):
+    """The batched ``tracking`` draw (one call per clip for all resetting envs) gives, per env
+    and view, a camera at a fixed offset from the 3D root within the ranges, looking at it,
+    and the clip's 3D keypoints projected through it; ``mixed`` keeps about half the clip views."""
+    from mimic2dm.geometry.camera import project_points
+
+    m3, m2 = demo
+    cfg = VirtualCameraConfig()
+    lib = library(m2, view_mode=view_mode, camera_mode="tracking", camera_config=cfg)
+    clip = lib.clips[0]
+    E, V, n = 16, 2, clip.num_frames
+    out = lib.episode_views(torch.zeros(E, dtype=torch.long), torch.Generator().manual_seed(3), V)
+    root3d = clip.keypoints3d[:, list(lib.kset.root)].mean(1)
+    drawn, dists = 0, set()
+    for e in range(E):
+        for v in range(V):
+            R, t, k = out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n]
+            if torch.allclose(R, clip.cam_R[0].expand_as(R)) and torch.allclose(
+                out.uv[e, v, :n], clip.uv[0]
+            ):
+                assert view_mode == "mixed"  # a clip view kept
+                continue
+            drawn += 1
+            centre = -torch.einsum("fji,fj->fi", R, t)
+            off = centre - root3d
+            dists.add(round(float(off[0].norm()), 4))
+            assert torch.allclose(off, off[0].expand_as(off), atol=1e-4)  # follows the root
+            assert (
+                cfg.distance_range[0] - 1e-3 <= float(off[0].norm()) <= cfg.distance_range[1] + 1e-3
+            )
+            assert cfg.focal_range[0] <= float(k[0, 0]) <= cfg.focal_range[1]
+            assert torch.allclose(k, k[0].expand_as(k))
+            uv, z = project_points(R, t, k, clip.keypoints3d)
+            assert torch.allclose(out.uv[e, v, :n], uv, atol=1e-3) and bool(
+                out.mask[e, v, :n].all()
+            )
+            centre_uv, _ = project_points(R, t, k, root3d[:, None])
+            assert torch.allclose(
+                centre_uv[:, 0], torch.tensor([960.0, 540.0]), atol=0.5
+            )  # looks at the root
+            assert torch.allclose(out.root[e, v, :n], uv[:, list(lib.kset.root)].mean(1), atol=1e-3)
+            assert not out.obj_valid[e, v].any() and float(out.height[e]) == cfg.height
+    assert drawn == E * V if view_mode == "virtual" else 0 < drawn < E * V
+    assert len(dists) == drawn  # independent cameras per env and view
+
+
 def test_keypoint_set_mismatch_is_a_clear_error(demo):
     m3, m2 = demo
     with pytest.raises(ValueError, match="dog17"):

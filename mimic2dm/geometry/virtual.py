@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mimic2dm.geometry.camera import DEG, Camera, spherical_offset
+from mimic2dm.geometry.camera import DEG, Camera, look_at, spherical_offset
 
 CAMERA_MODES = ("static", "tracking", "dynamic")
 
@@ -124,6 +124,52 @@ def sample_camera(
     f_lo, f_hi = cfg.focal_range
     focals = (focal * zoom).clamp(f_lo * (1 - cfg.zoom_amplitude), f_hi * (1 + cfg.zoom_amplitude))
     return Camera.look_at(eye.expand(T, 3), target, focals, cfg.width, cfg.height)
+
+
+def tracking_cameras(
+    root: torch.Tensor,
+    n: int,
+    generator: torch.Generator,
+    config: VirtualCameraConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` independent ``tracking`` cameras for one root path ``[T, 3]`` at once (the batched
+    form of :func:`sample_camera` in ``tracking`` mode, same ranges, for the tracker's resets).
+
+    Returns:
+        ``R [n, T, 3, 3]``, ``t [n, T, 3]`` and intrinsics ``[n, 4]``.
+    """
+    cfg = config or VirtualCameraConfig()
+    root = torch.as_tensor(root, dtype=torch.float32).reshape(-1, 3)
+    u = torch.rand(n, 4, generator=generator, dtype=torch.float64).float()
+    lo = torch.tensor(
+        [
+            cfg.azimuth_range_deg[0],
+            cfg.elevation_range_deg[0],
+            cfg.distance_range[0],
+            cfg.focal_range[0],
+        ]
+    )
+    hi = torch.tensor(
+        [
+            cfg.azimuth_range_deg[1],
+            cfg.elevation_range_deg[1],
+            cfg.distance_range[1],
+            cfg.focal_range[1],
+        ]
+    )
+    az, el, dist, focal = (lo + (hi - lo) * u).unbind(-1)
+    eye = root[None] + spherical_offset(az * DEG, el * DEG, dist)[:, None]  # [n, T, 3]
+    R, t = look_at(eye, root.expand_as(eye))
+    k = torch.stack(
+        [
+            focal,
+            focal,
+            torch.full_like(focal, cfg.width / 2),
+            torch.full_like(focal, cfg.height / 2),
+        ],
+        -1,
+    )
+    return R, t, k
 
 
 def sample_cameras(

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from mimic2dm.geometry.camera import MIN_DEPTH, Camera, project_points
-from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera
+from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera, tracking_cameras
 from mimic2dm.motion.canonical import root_2d
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
@@ -380,10 +380,22 @@ class ReferenceLibrary:
         self, out: EpisodeViews, clip_ids: torch.Tensor, gen: torch.Generator
     ) -> None:
         """Replace views of ``out`` by fresh virtual views (all in ``virtual`` mode, half in ``mixed``)."""
+        E, V = out.uv.shape[:2]
+        if self.view_mode == "mixed":
+            draw = torch.rand(E, V, generator=gen) >= 0.5
+        else:
+            draw = torch.ones(E, V, dtype=torch.bool)
+        if (
+            self.camera_mode == "tracking"
+        ):  # batched per clip: resets are frequent early in training
+            for c in clip_ids[draw.any(1)].unique().tolist():
+                e, v = torch.nonzero(draw & (clip_ids == c)[:, None], as_tuple=True)
+                self._draw_tracking(out, self.clips[c], e, v, gen)
+            return
         for e, c in enumerate(clip_ids.tolist()):
             clip = self.clips[c]
-            for v in range(out.uv.shape[1]):
-                if self.view_mode == "mixed" and bool(torch.rand((), generator=gen) < 0.5):
+            for v in range(V):
+                if not draw[e, v]:
                     continue
                 uv, mask, R, t, k, h = self._virtual_view(clip, gen)
                 n = clip.num_frames
@@ -392,3 +404,25 @@ class ReferenceLibrary:
                 out.root[e, v, :n] = root_2d(uv, mask, self.kset)
                 out.height[e] = h
                 out.obj_valid[e, v] = False  # the 2D object track belongs to the clip's own views
+
+    def _draw_tracking(
+        self, out: EpisodeViews, clip: Clip, e: torch.Tensor, v: torch.Tensor, gen: torch.Generator
+    ) -> None:
+        """Fresh ``tracking`` virtual views of ``clip`` into the slots ``(e [n], v [n])`` of ``out``."""
+        kp3d, n = clip.keypoints3d, clip.num_frames
+        root3d = kp3d[:, list(self.kset.root)].mean(1)
+        R, t, k = tracking_cameras(root3d, e.shape[0], gen, self.camera_config)
+        k = k[:, None].expand(-1, n, 4)
+        uv, depth = project_points(R, t, k, kp3d)  # [n_views, T, K, 2]
+        mask = depth > MIN_DEPTH
+        out.uv[e, v, :n], out.mask[e, v, :n] = uv, mask
+        out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n] = R, t, k
+        idx = list(self.kset.root)
+        if bool(mask[:, :, idx].all()):
+            out.root[e, v, :n] = uv[:, :, idx].mean(2)
+        else:  # a root keypoint behind the camera somewhere: the gap-filling per view
+            out.root[e, v, :n] = torch.stack(
+                [root_2d(uv[i], mask[i], self.kset) for i in range(e.shape[0])]
+            )
+        out.height[e] = float(self.camera_config.height)
+        out.obj_valid[e, v] = False  # the 2D object track belongs to the clip's own views
