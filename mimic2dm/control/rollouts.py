@@ -62,7 +62,7 @@ def track_clips(policy, data: list[str]) -> tuple[list[dict], object]:
     """
     from mimic2dm.tasks.registry import build_engine
     from mimic2dm.tasks.tracking2d.asi import ASIConfig
-    from mimic2dm.tasks.tracking2d.evaluation import sequences
+    from mimic2dm.tasks.tracking2d.evaluation import rollout, sequences
     from mimic2dm.tasks.tracking2d.factory import tracking_config
     from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
     from mimic2dm.tasks.tracking2d.source import ClipReference
@@ -79,25 +79,19 @@ def track_clips(policy, data: list[str]) -> tuple[list[dict], object]:
     starts = lib.offsets[torch.tensor([c for c, _ in seqs])]
     task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
                         torch.tensor([v for _, v in seqs]))  # fmt: skip
-    kp3d, uv, ref, mask, front = [], [], [], [], []
-    for t in range(T):
-        u, valid = task.project_character()
-        r, m = task.reference(task.frame)
-        uv.append(u[:, 0].cpu())
-        ref.append(r[:, 0].cpu())
-        mask.append(m[:, 0].cpu())
-        front.append(valid[:, 0].cpu())
-        kp3d.append(engine.get_keypoints().cpu())
-        if t < T - 1:
-            task.advance(policy.act(task.observe(), deterministic=True))
+    rec = rollout(task, policy, T, states=False)
     task.close()
-    kp3d, uv, ref, mask, front = (torch.stack(x, 1) for x in (kp3d, uv, ref, mask, front))
+    kp3d, uv, ref, mask, front = (rec[k] for k in ("kp3d", "uv", "ref", "mask", "front"))
     out = []
     for i, (c, vs) in enumerate(seqs):
         clip = lib.clips[c]
         n = clip.num_frames
         err = metrics.reprojection_errors(
-            uv[i, :n], ref[i, :n], mask[i, :n], int(clip.image_height[vs[0]]), front[i, :n]
+            uv[i, :n, 0],
+            ref[i, :n, 0],
+            mask[i, :n, 0],
+            int(clip.image_height[vs[0]]),
+            front[i, :n, 0],
         )
         out.append({"clip": clip.name, "view": vs[0], "kp3d": kp3d[i, :n].numpy(), "labels": dict(clip.labels),
                     "success": bool(metrics.success(err)), "error_2d_px": float(metrics.mean_error_2d(err))})  # fmt: skip

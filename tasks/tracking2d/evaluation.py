@@ -41,7 +41,14 @@ def sequences(lib: ReferenceLibrary, views: int) -> list[tuple[int, list[int]]]:
     return out
 
 
-def _rollout(task: Tracking2DTask, policy, T: int):
+def rollout(task: Tracking2DTask, policy, T: int, states: bool = True) -> dict:
+    """``T`` deterministic control steps of ``policy`` from the task's current episodes.
+
+    Returns per step ``[N, T, ...]``: the character's projection ``uv`` and where it is in
+    front of the camera (``front``), the reference ``ref`` and its ``mask`` (views ``V``),
+    the 3D keypoints ``kp3d``, the ball when there is one, and (``states``) env 0's engine
+    state per step for rendering (``state0``).
+    """
     N, V, K = task.N, task.V, task.K
     rec = {"uv": torch.zeros(N, T, V, K, 2), "ref": torch.zeros(N, T, V, K, 2), "mask": torch.zeros(N, T, V, K, dtype=torch.bool),
            "front": torch.zeros(N, T, V, K, dtype=torch.bool), "kp3d": torch.zeros(N, T, K, 3), "state0": []}  # fmt: skip
@@ -51,7 +58,10 @@ def _rollout(task: Tracking2DTask, policy, T: int):
         rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv.cpu(), ref.cpu(), mask.cpu()
         rec["front"][:, t] = front.cpu()
         rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
-        rec["state0"].append(task.engine.get_state().index(slice(0, 1)))  # rendered by render.py
+        if states:
+            rec["state0"].append(
+                task.engine.get_state().index(slice(0, 1))
+            )  # rendered by render.py
         _record_object(task, rec, t, T)
         if t < T - 1:
             with torch.no_grad():
@@ -155,7 +165,7 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
     starts = lib.offsets[clip_ids]
     task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
                         torch.tensor([v for _, v in seqs]))  # fmt: skip
-    rec = _rollout(task, policy, lib.max_len)
+    rec = rollout(task, policy, lib.max_len)
     per_seq = []
     for i, (c, vs) in enumerate(seqs):
         clip = lib.clips[c]
