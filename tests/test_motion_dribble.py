@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from mimic2dm.characters.clips import load_mocap_keypoints
-from mimic2dm.characters.dribble_clip import ball_distance, compose_dribble
+from mimic2dm.characters.dribble_clip import BALL_AHEAD, ball_distance, compose_dribble
 from mimic2dm.characters.objects import BALL_RADIUS
 from mimic2dm.cli import app
 from mimic2dm.motion.format import load_motion2d
@@ -39,11 +39,15 @@ def test_ball_stays_with_the_runner(run_dribble):
     heading /= np.linalg.norm(heading, axis=1, keepdims=True)
     lead = ((d.ball[:, :2] - root[:, :2]) * heading).sum(1)
     assert (lead > 0).mean() >= 0.9
+    # frame 0: the ball lies ahead of both feet (not between them), clear of the leading foot
+    feet = d.keypoints3d[0, [15, 16], :2]
+    ahead = (d.ball[0, :2] - feet) @ heading[0]
+    assert (ahead > BALL_RADIUS).all(), ahead
     # a kick every gait cycle, each at that foot's landing, with the ball just ahead of the foot
     assert len(d.kicks) >= 10 and np.diff(d.kicks).min() > 0.3 * clip.fps
     ankle = 15 if d.info["kick_foot"] == "left" else 16
     gap = np.linalg.norm(d.ball[d.kicks, :2] - d.keypoints3d[d.kicks, ankle, :2], axis=1)
-    assert gap.max() < 0.45
+    assert np.abs(gap - BALL_AHEAD).max() < 0.02  # lands where aimed (spin set in the ball's frame)
     # the ball moves by the simulation between kicks: no teleports (speed bounded and continuous)
     speed = np.linalg.norm(np.diff(d.ball[:, :2], axis=0), axis=1) * clip.fps
     assert speed.max() < 8.0

@@ -114,8 +114,15 @@ class _Ball:
         self.mj.mj_forward(self.model, self.data)
 
     def kick(self, v: np.ndarray) -> None:
-        """Ground velocity ``v [2]`` with the spin of rolling without slip (w = z x v / r)."""
-        self.data.qvel[:] = [v[0], v[1], 0.0, -v[1] / self.radius, v[0] / self.radius, 0.0]
+        """Ground velocity ``v [2]`` with the spin of rolling without slip (w = z x v / r).
+
+        A free joint's angular velocity is in the body's own frame: the world spin is rotated
+        into it (set as world, a ball that has rolled before spins about a tilted axis and curves).
+        """
+        R = np.empty(9)
+        self.mj.mju_quat2Mat(R, self.data.qpos[3:7])
+        w = R.reshape(3, 3).T @ np.array([-v[1] / self.radius, v[0] / self.radius, 0.0])
+        self.data.qvel[:] = [v[0], v[1], 0.0, *w]
 
     def step_frames(self, n: int) -> np.ndarray:
         """Advance ``n`` frames; ``[n, 3]`` positions at their ends."""
@@ -184,8 +191,10 @@ def compose_dribble(
     ball = _Ball(fps)
     T = kp.shape[0]
     track = np.empty((T, 3))
-    # the clip opens just after a touch: the ball starts ahead of the character, rolling to the first kick
-    ball.place(kp[0, ankles[foot], :2] + BALL_AHEAD * heading[0])
+    # the ball starts ahead of the leading foot (the kicking foot may be the rear one at frame 0,
+    # which would put the ball between the feet), rolling to the first kick
+    lead = max(ankles, key=lambda a: float((kp[0, a, :2] - kp[0, ankles, :2].mean(0)) @ heading[0]))
+    ball.place(kp[0, lead, :2] + BALL_AHEAD * heading[0])
     track[0] = ball.data.qpos[:3]
     ball.kick(ball.aim(points[0], kicks[0]))
     track[1 : kicks[0] + 1] = ball.step_frames(kicks[0])
