@@ -14,7 +14,7 @@ never indexes clip arrays itself.
 from __future__ import annotations
 
 import torch
-from mimic2dm.tasks.base import StepResult, Task
+from mimic2dm.tasks.base import ASITask, StepResult
 from mimic2dm.tasks.tracking2d import observations as O
 from mimic2dm.tasks.tracking2d import terminations as X
 from mimic2dm.tasks.tracking2d.asi import StateBuffers
@@ -29,7 +29,7 @@ from mimic2dm.geometry.camera import MIN_DEPTH, project_points
 CAUSES = ("reprojection", "fall", "nonfinite", "timeout")
 
 
-class Tracking2DTask(Task):
+class Tracking2DTask(ASITask):
     """Vectorised 2D tracking over ``engine.num_envs`` envs with per-env auto-reset.
 
     Args:
@@ -314,36 +314,16 @@ class Tracking2DTask(Task):
             g, self._obs_state.index(ids), values.detach().reshape(-1)[ids].float()
         )
 
-    def stats(self) -> dict[str, float]:
-        """Adaptive state initialisation statistics."""
-        return self.asi.stats()
-
-    def state_dict(self) -> dict:
-        """What a checkpoint needs to resume the task exactly (ASI buffers, RNG)."""
-        return {"asi": self.asi.state_dict(), "rng": self.gen.get_state()}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.asi.load_state_dict(d["asi"])
-        self.gen.set_state(d["rng"])
-
     EPISODE_FIELDS = ("frame", "steps", "ep_return", "prev_action", "start_slot")
 
     def episode_state(self) -> dict:
         """The episodes in flight (per-env tensors, the reference's, the engine's exact state):
         with :meth:`state_dict`, what an exact resume of a training run needs."""
-        return {
-            "num_envs": self.N,
-            "tensors": {k: getattr(self, k).clone() for k in self.EPISODE_FIELDS},
-            "source": self.source.episode_state(),
-            "engine": self.engine.state_dict(),
-        }
+        return super().episode_state() | {"source": self.source.episode_state()}
 
     def load_episode_state(self, d: dict) -> None:
         """Continue the episodes of :meth:`episode_state` (same spec and ``num_envs``)."""
-        if d["num_envs"] != self.N:
-            raise ValueError(
-                f"episode state of {d['num_envs']} envs does not fit this task's {self.N}"
-            )
+        self._check_num_envs(d)
         for k in self.EPISODE_FIELDS:
             if k in d["tensors"]:  # older checkpoints lack start_slot: no rescoring of their starts
                 getattr(self, k).copy_(d["tensors"][k])

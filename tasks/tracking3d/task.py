@@ -10,7 +10,7 @@ rewards and terminations are pure functions (:mod:`.observations`, :mod:`.reward
 from __future__ import annotations
 
 import torch
-from mimic2dm.tasks.base import StepResult, Task
+from mimic2dm.tasks.base import ASITask, StepResult
 from mimic2dm.tasks.tracking2d import terminations as X
 from mimic2dm.tasks.tracking2d.asi import StateBuffers
 from mimic2dm.tasks.tracking2d.observations import proprioception
@@ -26,7 +26,7 @@ from mimic2dm.geometry import rotations as rot
 CAUSES = ("distance", "fall", "nonfinite", "timeout")
 
 
-class Tracking3DTask(Task):
+class Tracking3DTask(ASITask):
     """Vectorised 3D keypoint tracking over ``engine.num_envs`` envs with per-env auto-reset.
 
     Args:
@@ -167,27 +167,4 @@ class Tracking3DTask(Task):
             g, self._obs_state.index(ids), values.detach().reshape(-1)[ids].float()
         )
 
-    def stats(self) -> dict[str, float]:
-        return self.asi.stats()
-
-    def state_dict(self) -> dict:
-        return {"asi": self.asi.state_dict(), "rng": self.gen.get_state()}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.asi.load_state_dict(d["asi"])
-        self.gen.set_state(d["rng"])
-
     EPISODE_FIELDS = ("clip", "frame", "steps", "ep_return", "prev_action")
-
-    def episode_state(self) -> dict:
-        return {"num_envs": self.N, "tensors": {k: getattr(self, k).clone() for k in self.EPISODE_FIELDS},
-                "engine": self.engine.state_dict()}  # fmt: skip
-
-    def load_episode_state(self, d: dict) -> None:
-        if d["num_envs"] != self.N:
-            raise ValueError(
-                f"episode state of {d['num_envs']} envs does not fit this task's {self.N}"
-            )
-        for k in self.EPISODE_FIELDS:
-            getattr(self, k).copy_(d["tensors"][k])
-        self.engine.load_state_dict(d["engine"])
