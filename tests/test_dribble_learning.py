@@ -4,8 +4,9 @@ in deterministic rollouts from the same starts.
 
 What the budget teaches is to stay up and near the ball for longer, not to kick it: the
 per-step object reward falls as episodes grow (the ball rolls off its track unless kicked).
-Measured 2026-12-01: per episode 9.38 trained vs 7.30 untrained (1.29x); per step 0.847 vs
-0.930 with early termination, 0.710 vs 0.694 over 60 steps without (docs/tasks.md)."""
+Measured 2026-12-01 on the corrected dribble clip (kicks spin the ball in its own frame): per
+episode 9.97 trained vs 7.29 untrained (1.37x), episodes 11.4 vs 7.8 steps; per step 0.875 vs
+0.934 with early termination, 0.685 vs 0.681 over 60 steps without (docs/tasks.md)."""
 
 from __future__ import annotations
 
