@@ -413,6 +413,10 @@ class ViewDatasetSpec:
         fps: resample the 3D clips to this rate before projecting.
         camera_modes: modes drawn per pair (``static``, ``tracking``, ``dynamic``).
         noise_px, drop_prob: detector noise and dropped keypoints (see ``synth``).
+        min_seconds: a clip shorter than this is looped (its gait cycle repeated with the
+            root motion carried on, :func:`mimic2dm.motion.looping.loop_keypoints`) until it
+            lasts this long; the dog clips are single cycles, shorter than a 32-frame window.
+            0: every clip as recorded.
     """
 
     clips: tuple[str, ...] = DEFAULT_CLIPS
@@ -422,9 +426,12 @@ class ViewDatasetSpec:
     camera_modes: tuple[str, ...] = ("static", "tracking", "dynamic")
     noise_px: float = 0.0
     drop_prob: float = 0.0
+    min_seconds: float = 0.0
 
     def digest(self) -> str:
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
+        if not d["min_seconds"]:  # specs from before looping existed keep their digest
+            del d["min_seconds"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -476,6 +483,7 @@ def build_view_dataset(
         The written file paths.
     """
     from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.motion.looping import loop_keypoints
     from mimic2dm.motion.synth import resample
 
     bad = [m for m in spec.camera_modes if m not in CAMERA_MODES]
@@ -483,9 +491,10 @@ def build_view_dataset(
         raise ValueError(
             f"camera_modes {list(spec.camera_modes)}: each must be one of {', '.join(CAMERA_MODES)}"
         )
-    if spec.pairs < 1 or spec.fps <= 0:
+    if spec.pairs < 1 or spec.fps <= 0 or spec.min_seconds < 0:
         raise ValueError(
-            f"build_view_dataset: need pairs >= 1 and fps > 0, got pairs={spec.pairs}, fps={spec.fps}"
+            "build_view_dataset: need pairs >= 1, fps > 0 and min_seconds >= 0, got "
+            f"pairs={spec.pairs}, fps={spec.fps}, min_seconds={spec.min_seconds}"
         )
     src = Path(mocap_dir) if mocap_dir else DEFAULT_MOCAP_DIR
     out = Path(out_dir)
@@ -494,13 +503,20 @@ def build_view_dataset(
     written = []
     for name in spec.clips:
         clip = load_mocap_keypoints(src / f"{name}.npz")
-        kp3 = resample(clip.keypoints, clip.fps, spec.fps)
+        kp3, loop = clip.keypoints, None
+        if (len(kp3) - 1) / clip.fps < spec.min_seconds:
+            kp3, _, loop = loop_keypoints(
+                kp3, clip.keypoint_set, clip.fps, seconds=spec.min_seconds
+            )
+        kp3 = resample(kp3, clip.fps, spec.fps)
         label = name.split("_", 1)[1] if "_" in name else name
         for i in range(spec.pairs):
             mode = spec.camera_modes[int(rng.integers(len(spec.camera_modes)))]
             az, seed = float(rng.uniform(0.0, 360.0)), int(rng.integers(2**31 - 1))
             m = _pair(kp3, clip.keypoint_set, spec.fps, mode, az, seed, spec, label)
             m.meta["source"] = f"{name}.npz"
+            if loop is not None:
+                m.meta["loop"] = loop
             path = out / f"{name}_{i:04d}.npz"
             save_motion2d(m, path)
             written.append(path)
@@ -517,6 +533,7 @@ def spec_from_config(
     return ViewDatasetSpec(
         clips=tuple(build.clips), pairs=int(build[pairs_key]), seed=int(build[seed_key]), fps=float(build.fps),
         camera_modes=tuple(build.camera_modes), noise_px=float(build.noise_px), drop_prob=float(build.drop_prob),
+        min_seconds=float(build.get("min_seconds") or 0.0),
     )  # fmt: skip
 
 
@@ -576,6 +593,9 @@ def main(
     mocap_dir: Path | None = typer.Option(
         None, help="Folder of the clips (default ../shared/data/mocap)."
     ),
+    min_seconds: float = typer.Option(
+        0.0, help="Loop clips shorter than this to this length (the dog's single cycles)."
+    ),
 ) -> None:
     """Build a training directory of 2D views of mocap clips (see :func:`build_view_dataset`)."""
     spec = ViewDatasetSpec(
@@ -586,6 +606,7 @@ def main(
         tuple(camera_modes.split(",")),
         noise_px,
         drop_prob,
+        min_seconds,
     )
     files = build_view_dataset(out, spec, mocap_dir)
     print(f"wrote {len(files)} files ({2 * len(files)} views) to {out} (digest {spec.digest()})")

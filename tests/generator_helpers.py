@@ -1,6 +1,7 @@
 """Shared set-up of the generator tests (``tests/test_generators_*.py``): the CMU clips and
 small real view datasets built from them."""
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,15 @@ import pytest
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
 HAVE_MOCAP = (MOCAP / "cmu_walk.npz").is_file()
 needs_mocap = pytest.mark.skipif(not HAVE_MOCAP, reason=f"CMU clips not found in {MOCAP}")
+TINY = ["train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "optim.warmup_steps=2"]
+"""Generator app settings of a few steps (tests of the plumbing, not of learning)."""
+
+
+def run_main(app, args: list[str]) -> None:
+    """Call a Hydra app's ``main`` in-process with command-line overrides."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "argv", [app.__name__, *args])
+        app.main()
 
 
 def build_views(tmp_path_factory, name: str = "views", **spec):

@@ -205,3 +205,34 @@ def test_project_views_matches_generator_pairs():
         b = project_views(kp3, c.keypoint_set, 30.0, 2, mode, 37.0, 11, {"skill": "walk"})
         np.testing.assert_allclose(a.keypoints, b.keypoints, atol=1e-4)
         np.testing.assert_allclose(a.camera_R, b.camera_R, atol=1e-6)
+
+
+def test_dog_generator_drives_a_dog_tracker(tmp_path):
+    """A dog generator trained on ``gen_data=dog_views`` (the looped trot and pace clips) has
+    the dog's skills as labels and drives a dog tracker; a switch changes the label."""
+    from generator_helpers import HAVE_MOCAP, MOCAP, TINY, run_main
+    from mimic2dm.generators import train_generator, train_tokenizer
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"mocap clips not found in {MOCAP}")
+    data = ["gen_data=dog_views", f"gen_data.dir={tmp_path}/train", f"gen_data.heldout_dir={tmp_path}/heldout",
+            "gen_data.build.pairs=1", "gen_data.build.heldout_pairs=1", "gen_data.build.min_seconds=3",
+            f"gen_data.build.mocap_dir={MOCAP}", "logger.wandb=false", "threads=1"]  # fmt: skip
+    run_main(train_tokenizer, [*data, *TINY, f"run_dir={tmp_path / 'tok'}", "model.width=32"])
+    run_main(train_generator, [*data, *TINY, "eval.num_samples=16", "eval.real_windows=64", "eval.val_windows=64",
+                               f"tokenizer={tmp_path / 'tok'}", f"run_dir={tmp_path / 'gpt'}", "model=gpt"])  # fmt: skip
+    policy, gen, _ = load_models(None, str(tmp_path / "gpt"), True, character="dog")
+    assert policy.env_spec.character == "dog" and gen.data["keypoint_set"] == "dog17"
+    assert gen.data["label_names"] == ["pace", "trot"]
+    ctl = Controller(policy, gen)
+    try:
+        rec = ctl.run(ControlSettings(seconds=2.0, skill="trot", switches=[parse_switch("1:pace")]))
+    finally:
+        ctl.close()
+    trot, pace = gen.label_id("trot"), gen.label_id("pace")
+    assert trot != pace and rec.labels[:30] == [trot] * 30 and rec.labels[30:] == [pace] * 30
+    assert [c[0] for c in rec.chunks] == [0, 30]  # the switch starts a chunk
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--character", "dog", "--skill", "pace",
+                                   "--seconds", "1", "--no-fid", "--json", str(tmp_path / "dog.json")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "dog.json").read_text())["settings"]["skill"] == "pace"

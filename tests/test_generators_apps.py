@@ -1,11 +1,10 @@
 """Generator Hydra apps end to end (tiny settings), exact resume, sampling CLI, bench."""
 
 import json
-import sys
 
 import pytest
 import torch
-from generator_helpers import MOCAP, needs_mocap
+from generator_helpers import MOCAP, TINY, needs_mocap, run_main
 from mimic2dm.generators import train_fid, train_generator, train_tokenizer
 from mimic2dm.generators.runs import CONF_DIR
 from typer.testing import CliRunner
@@ -13,20 +12,12 @@ from typer.testing import CliRunner
 from mimic2dm.motion.format import load_motion2d
 
 pytestmark = needs_mocap
-TINY = ["train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "optim.warmup_steps=2"]
 TINY_EVAL = ["eval.num_samples=16", "eval.real_windows=64", "eval.val_windows=64"]
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread(one_torch_thread):
     """Small models: one torch thread is faster than two on shared cores."""
-
-
-def run_main(app, args: list[str]) -> None:
-    """Call a Hydra app's ``main`` in-process with command-line overrides."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(sys, "argv", [app.__name__, *args])
-        app.main()
 
 
 def compose(name: str, overrides: list[str]):

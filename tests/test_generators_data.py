@@ -138,3 +138,34 @@ def test_bad_inputs_name_file_field_and_expectation(views, tmp_path):
         load_clips(out, label_names=["hop"])
     with pytest.raises(ValueError, match="no clip has 400 frames"):
         WindowSampler(load_clips(out), 400, load_clips(out).compute_stats())
+
+
+def test_single_cycle_clips_are_looped_to_min_seconds(tmp_path):
+    """The dog clips (one gait cycle, shorter than a 32-frame window) are looped to
+    ``min_seconds``; a clip already that long is kept as recorded; specs without looping keep
+    the digest they had before the option existed (existing datasets stay valid)."""
+    from mimic2dm.characters.clips import load_mocap_keypoints
+
+    raw = load_mocap_keypoints(MOCAP / "dog_trot.npz")
+    assert (len(raw.keypoints) - 1) / raw.fps < 32 / 30  # too short for one window as recorded
+    spec = ViewDatasetSpec(clips=("dog_trot", "dog_pace"), pairs=1, seed=1, min_seconds=2.0)
+    files = build_view_dataset(tmp_path / "dog", spec, MOCAP)
+    for f, label in zip(files, ("trot", "pace"), strict=True):
+        m = load_motion2d(f)
+        assert m.keypoint_set == "dog17" and m.labels == {"skill": label} and m.num_views == 2
+        assert (m.num_frames - 1) / m.fps >= 2.0 and m.meta["loop"]["loops"] > 1.5
+        root = m.keypoints3d[:, :, :2].mean(1)  # looped, not frozen: the dog moves on
+        assert np.linalg.norm(root[-1] - root[0]) > 1.0
+    clips = load_clips(tmp_path / "dog")
+    assert clips.label_names == ["pace", "trot"] and clips.keypoint_set == "dog17"
+    assert int((clips.offsets[1:] - clips.offsets[:-1]).min()) >= 60  # windows of 32 frames fit
+    # cmu_walk (2.6 s) is longer than min_seconds = 2: kept as recorded
+    kw = {"clips": ("cmu_walk",), "pairs": 1, "seed": 1}
+    walk = load_motion2d(
+        build_view_dataset(tmp_path / "w", ViewDatasetSpec(**kw, min_seconds=2.0), MOCAP)[0]
+    )
+    plain = load_motion2d(build_view_dataset(tmp_path / "p", ViewDatasetSpec(**kw), MOCAP)[0])
+    assert "loop" not in walk.meta
+    np.testing.assert_array_equal(walk.keypoints, plain.keypoints)
+    assert ViewDatasetSpec().digest() == "030b06e19f1ac3ba"  # the cmu_views default, as before
+    assert spec.digest() != ViewDatasetSpec(clips=spec.clips, pairs=1, seed=1).digest()

@@ -23,6 +23,12 @@ _GENERATOR = typer.Option(
 _RANDOM = typer.Option(
     False, "--random-weights", help="Untrained tracker and generator (smoke run)."
 )
+_CHARACTER = typer.Option(
+    "humanoid",
+    "--character",
+    help="Character of the untrained tracker when there is no --tracker (humanoid|dog); "
+    "with --tracker it is the tracker's.",
+)
 _RANDOM_MODEL = typer.Option(
     "gpt", "--random-model", help="With --random-weights and no --generator: conf/model/NAME.yaml."
 )
@@ -53,6 +59,7 @@ def control_cmd(
     json_out: JsonOption = None,
     random_weights: bool = _RANDOM,
     random_model: str = _RANDOM_MODEL,
+    character: str = _CHARACTER,
     fid_extractor: str = typer.Option(
         None, "--fid", help="FID extractor (fid_extractor.pt or its run dir)."
     ),
@@ -88,7 +95,7 @@ def control_cmd(
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
                                 chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth)  # fmt: skip
             policy, gen, name = load_models(
-                tracker, generator, random_weights, random_model, seed=seed
+                tracker, generator, random_weights, random_model, character, seed
             )
             report = run_control(
                 policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name
@@ -103,7 +110,8 @@ def control_cmd(
 
 
 def bench_control(tracker: str | None = None, generator: str | None = None, random_model: str = "gpt",
-                  seconds: float = 10.0, warmup: float = 2.0, seed: int = 0) -> dict:  # fmt: skip
+                  seconds: float = 10.0, warmup: float = 2.0, seed: int = 0,
+                  character: str = "humanoid") -> dict:  # fmt: skip
     """Control steps/s of the whole loop for one character on one core (torch and MuJoCo: 1 thread).
 
     Returns:
@@ -121,7 +129,7 @@ def bench_control(tracker: str | None = None, generator: str | None = None, rand
     torch.set_num_threads(1)
     try:
         policy, gen, name = load_models(
-            tracker, generator, tracker is None or generator is None, random_model, seed=seed
+            tracker, generator, tracker is None or generator is None, random_model, character, seed
         )
         ctl = Controller(policy, gen, engine_threads=1)
         try:
@@ -159,12 +167,13 @@ def bench_control_cmd(
     ),
     seconds: float = typer.Option(10.0, help="Simulated seconds timed (after a 2 s warm-up)."),
     seed: int = typer.Option(0, help="Sampling seed."),
+    character: str = _CHARACTER,
     json_out: JsonOption = None,
 ) -> None:
     """Control steps/s of generator + G^-1 + policy + physics on one core, as a real-time factor at 30 Hz."""
     try:
         with library_output_to_log("bench"):
-            r = bench_control(tracker, generator, random_model, seconds, 2.0, seed)
+            r = bench_control(tracker, generator, random_model, seconds, 2.0, seed, character)
     except (ValueError, FileNotFoundError, KeyError) as e:
         _fail(e)
     t = Table(title=(f"control loop, {r['character']}, 1 thread ({r['generator']}; {r['tracker']}): "

@@ -28,9 +28,10 @@ from mimic2dm.generators.sample import LoadedGenerator, MotionStream, load_gener
 from mimic2dm.utils.registry import Registry
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
-DEFAULT_LABELS = {"coco17": ["hop", "run", "walk"]}
-"""Labels of untrained generators (``--random-weights``): the sorted CMU skills, as the
-``gen_data=cmu_views`` training data names them."""
+DEFAULT_LABELS = {"coco17": ["hop", "run", "walk"], "dog17": ["pace", "trot"]}
+"""Labels of untrained generators (``--random-weights``): the sorted skills, as the training
+data names them (``gen_data=cmu_views``: CMU walk/run/hop; ``gen_data=dog_views``: the dog's
+looped trot and pace)."""
 
 
 class ChunkStream(abc.ABC):

@@ -25,8 +25,9 @@ from mimic2dm.control.metrics import (
 )
 
 PROJECT = Path(__file__).resolve().parents[2]
-DEFAULT_REAL = {"coco17": PROJECT / "runs" / "gen_data" / "cmu_views" / "heldout"}
-"""Real motion for FID per keypoint set: the generators' held-out CMU views (built on first use)."""
+DEFAULT_REAL = {"coco17": "cmu_views", "dog17": "dog_views"}
+"""Real motion for FID per keypoint set: the held-out views of that ``conf/gen_data`` config
+(the humanoid's CMU views, the dog's looped trot and pace), built on first use."""
 
 
 def random_tracker(character: str = "humanoid", seed: int = 0):
@@ -198,14 +199,16 @@ def _fid_set(kset: str, real: str | None, extractor: str | None):
 
 
 def ensure_default_real(kset: str) -> Path:
-    """Build (once) the generators' held-out CMU views (``gen_data=cmu_views``'s held-out spec)."""
+    """Build (once) the held-out views of ``gen_data=DEFAULT_REAL[kset]`` (its held-out spec)."""
     from omegaconf import OmegaConf
 
     from mimic2dm.generators.data import ensure_view_dataset, spec_from_config
 
-    build = OmegaConf.load(PROJECT / "conf" / "gen_data" / "cmu_views.yaml").build
+    gen_data = OmegaConf.load(PROJECT / "conf" / "gen_data" / f"{DEFAULT_REAL[kset]}.yaml")
     return ensure_view_dataset(
-        DEFAULT_REAL[kset], spec_from_config(build, "heldout_seed", "heldout_pairs")
+        PROJECT / gen_data.heldout_dir,
+        spec_from_config(gen_data.build, "heldout_seed", "heldout_pairs"),
+        gen_data.build.get("mocap_dir"),
     )
 
 
