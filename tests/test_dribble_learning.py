@@ -22,6 +22,7 @@ DRIBBLE_EPOCHS = 60
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a fixed number of epochs: 3-5 min alone, 10+ min on a busy machine
 def test_short_dribble_run_raises_the_object_reward(tmp_path):
     from mimic2dm.characters.dribble_clip import dribble_clip
 
