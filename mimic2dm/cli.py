@@ -6,7 +6,7 @@ import os
 
 import typer
 
-from mimic2dm.control.cli import bench_control_cmd, control_cmd, rollouts_cmd
+from mimic2dm.control.cli import bench_control_cmd, control_cmd, control_table_cmd, rollouts_cmd
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
@@ -44,6 +44,7 @@ bench_app.command("train")(bench_train_command)
 bench_app.command("learn")(bench_learn_command)
 app.command("sample")(sample_cmd)
 app.command("control")(control_cmd)
+app.command("control-table")(control_table_cmd)
 bench_app.command("control")(bench_control_cmd)
 app.command("rollouts")(rollouts_cmd)
 app.command("preprocess")(preprocess_cmd)

@@ -85,3 +85,31 @@ def test_generators_e2e_script_trains_all_five_jobs_at_a_tiny_scale(tmp_path):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     for job in ("fid", "tok", "gpt", "gpt_multiview", "diffusion"):
         assert (out / job / "checkpoints" / "last.pt").is_file(), job
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_control_e2e_script_runs_every_experiment_at_a_tiny_scale(tmp_path):
+    """`cluster/control_e2e.sh RUN OUT 1 0.002` on a one-epoch all-CMU tracker: generators,
+    rollouts, the two-view generator, nine Table 3 reports and the markdown table."""
+    from generator_helpers import HAVE_MOCAP
+
+    from mimic2dm.train import compose_config, train
+
+    if not HAVE_MOCAP:
+        pytest.skip("shared mocap missing")
+    run = tmp_path / "tracker"
+    train(compose_config(["data=cmu_all", "task.view_mode=virtual", "task.camera_mode=tracking", f"run_dir={run}",
+                          *TINY, "train.max_epochs=1", "logger.tensorboard=false"]))  # fmt: skip
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "WANDB_MODE": "offline", "CONTROL_SECONDS": "2"}  # fmt: skip
+    out = tmp_path / "ctl"
+    res = subprocess.run(["bash", str(ROOT / "cluster" / "control_e2e.sh"), str(run), str(out), "1", "0.002"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1700)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    reports = sorted(p.stem for p in (out / "table3").glob("*.json"))
+    assert reports == sorted(f"{g}_{s}" for g in ("gpt", "diffusion", "gpt_multiview_rollouts")
+                             for s in ("walk", "run", "hop"))  # fmt: skip
+    two = json.loads((out / "table3" / "gpt_multiview_rollouts_walk.json").read_text())
+    assert two["views"] == 2 and len(two["per_episode"][0]["error_2d_px_per_view"]) == 2
+    assert len((out / "table3.md").read_text().splitlines()) == 2 + 9

@@ -101,6 +101,22 @@ def test_control_cli_smoke(tmp_path, real_dir):
     assert r["episodes"] == 2 and len(r["per_episode"]) == 2
     assert r["fid"] is not None and r["fid"] >= 0 and r["fid_windows_simulated"] == 8
     assert 0 < r["error_2d_px"] < 1e4 and r["generator_ms_per_frame"] > 0
+    # the Table 3 markdown from reports: one row each, the report's numbers in it
+    md = tmp_path / "table3.md"
+    res = CliRunner().invoke(app, ["control-table", str(out), str(out), "--markdown", str(md)])
+    assert res.exit_code == 0, res.output
+    lines = md.read_text().splitlines()
+    assert len(lines) == 4 and lines[0].startswith(
+        "| run | generator | skill | views | episodes | success"
+    )
+    assert (
+        lines[2].startswith("| control | gpt | walk | 1 | 2 |")
+        and f"{r['error_2d_px']:.1f}" in lines[2]
+    )
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    res = CliRunner().invoke(app, ["control-table", str(bad)])
+    assert res.exit_code == 1 and "bad.json" in res.output and "control --json" in res.output
 
 
 @pytest.mark.slow

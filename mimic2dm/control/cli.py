@@ -217,3 +217,28 @@ def rollouts_cmd(
         _fail(e)
     typer.echo(f"wrote {report['files']} clips ({views} views each) to {out}", err=bool(json_out))
     write_json_report(report, json_out)
+
+
+def control_table_cmd(
+    reports: list[Path] = typer.Argument(..., help="`mimic2dm control --json` reports."),
+    markdown: Path = typer.Option(None, "--markdown", help="Also write the table to this file."),
+) -> None:
+    """The paper's Table 3 (markdown) from `mimic2dm control --json` reports, one row each."""
+    import json
+
+    from mimic2dm.control.metrics import table3_markdown
+
+    rows = []
+    for p in reports:
+        try:
+            r = json.loads(Path(p).read_text())
+            if "success_rate" not in r or "episodes" not in r:
+                raise KeyError("success_rate/episodes")
+        except (OSError, ValueError, KeyError) as e:
+            _fail(ValueError(f"{p}: not a `mimic2dm control --json` report ({e})"))
+        rows.append((Path(p).stem, r))
+    table = table3_markdown(rows)
+    typer.echo(table, nl=False)
+    if markdown is not None:
+        markdown.parent.mkdir(parents=True, exist_ok=True)
+        markdown.write_text(table)

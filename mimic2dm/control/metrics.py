@@ -166,3 +166,45 @@ def table3(
             out[f"fid{name}"] = out[f"diversity{name}"] = None
     out["diversity_real"] = diversity(fr)
     return out
+
+
+TABLE3_COLUMNS = (
+    ("success", lambda r: f"{100 * r['success_rate']:.0f} %"),
+    ("falls", lambda r: f"{100 * r['fall_rate']:.0f} %"),
+    ("mean time to fall (s)", lambda r: _fmt(_mean_fall_time(r), 1)),
+    ("2D error (px)", lambda r: _fmt(r["error_2d_px"], 1)),
+    ("max 2D error (px)", lambda r: _fmt(r["max_error_2d_px"], 1)),
+    ("FID (simulated)", lambda r: _fmt(r.get("fid"), 1)),
+    ("FID (generated)", lambda r: _fmt(r.get("fid_generated"), 1)),
+    ("diversity (simulated / generated / real)",
+     lambda r: "/".join(_fmt(r.get(k), 2) for k in ("diversity", "diversity_generated", "diversity_real"))),
+    ("generator ms / frame", lambda r: _fmt(r["generator_ms_per_frame"], 2)),
+)  # fmt: skip
+"""Columns of :func:`table3_markdown`: name and how a ``mimic2dm control --json`` report fills it."""
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _mean_fall_time(report: dict) -> float | None:
+    t = [
+        e["fall_time_s"] for e in report.get("per_episode", []) if e.get("fall_time_s") is not None
+    ]
+    return float(np.mean(t)) if t else None
+
+
+def table3_markdown(reports: list[tuple[str, dict]]) -> str:
+    """The paper's Table 3 as markdown: one row per ``(name, report)`` of ``mimic2dm control``.
+
+    The row also names the generator type, the skill, the views and the episode count, so
+    rows of different runs stay comparable at a glance (FID only at the same extractor).
+    """
+    head = ["run", "generator", "skill", "views", "episodes", *(c for c, _ in TABLE3_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in reports:
+        s = r.get("settings", {})
+        cells = [name, str(r.get("generator_type", "-")), str(s.get("skill") or "-"), str(r.get("views", "-")),
+                 str(r["episodes"]), *(f(r) for _, f in TABLE3_COLUMNS)]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
