@@ -482,7 +482,7 @@ def build_view_dataset(
     Returns:
         The written file paths.
     """
-    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.characters.clips import clip_skill, load_mocap_keypoints
     from mimic2dm.motion.looping import loop_keypoints
     from mimic2dm.motion.synth import resample
 
@@ -509,7 +509,7 @@ def build_view_dataset(
                 kp3, clip.keypoint_set, clip.fps, seconds=spec.min_seconds
             )
         kp3 = resample(kp3, clip.fps, spec.fps)
-        label = name.split("_", 1)[1] if "_" in name else name
+        label = clip_skill(name)
         for i in range(spec.pairs):
             mode = spec.camera_modes[int(rng.integers(len(spec.camera_modes)))]
             az, seed = float(rng.uniform(0.0, 360.0)), int(rng.integers(2**31 - 1))

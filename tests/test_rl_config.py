@@ -181,3 +181,26 @@ def test_cmu_all_data_config_lists_the_three_shared_clips():
     mocap = [Path(c["make"]["mocap"]).name for c in cfg.data.clips]
     assert mocap == ["cmu_walk.npz", "cmu_run.npz", "cmu_hop.npz"]
     assert {c["make"]["kind"] for c in cfg.data.clips} == {"synth"}
+
+
+def test_synth_recipes_label_clips_with_their_skill(tmp_path):
+    """Clips made by `synth` recipes carry ``skill`` (the mocap stem without ``cmu_``), which
+    `mimic2dm rollouts` copies into the two-view generator's data; a recipe's `labels` wins."""
+    from generator_helpers import HAVE_MOCAP, MOCAP
+
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.rl.data import prepare_data
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"mocap clips not found in {MOCAP}")
+    make = {
+        "kind": "synth",
+        "mocap": str(MOCAP / "cmu_hop.npz"),
+        "views": 1,
+        "camera": "static",
+        "fps": 30.0,
+    }
+    paths = prepare_data({"clips": [{"file": "hop.npz", "make": make},
+                                    {"file": "jump.npz", "make": {**make, "labels": {"skill": "jump"}}}]},
+                         tmp_path / "run")  # fmt: skip
+    assert [load_motion2d(p).labels for p in paths] == [{"skill": "hop"}, {"skill": "jump"}]

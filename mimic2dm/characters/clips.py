@@ -108,6 +108,12 @@ def mocap_to_motion3d(path: str | os.PathLike) -> Motion3D:
     return m
 
 
+def clip_skill(stem: str) -> str:
+    """The skill label of a shared mocap clip from its file stem: ``cmu_walk`` -> ``walk``,
+    ``dog_trot`` -> ``trot`` (the generators' condition labels and the tracking clips' ``skill``)."""
+    return stem.split("_", 1)[1] if "_" in stem else stem
+
+
 def load_mocap_keypoints(path: str | os.PathLike) -> Keypoints3D:
     """3D keypoints of a shared mocap clip (``cmu_*.npz``, ``dog_*.npz``) or a Motion3D file.
 

@@ -42,7 +42,7 @@ def _make_demo(out: Path, recipe: Mapping) -> None:
 
 
 def _make_synth(out: Path, recipe: Mapping) -> None:
-    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.characters.clips import clip_skill, load_mocap_keypoints
     from mimic2dm.motion.format import save_motion2d
     from mimic2dm.motion.synth import resample, synthesize_views
 
@@ -59,7 +59,8 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
         kp, obj, rate = resample(kp, clip.fps, float(recipe["fps"])), None if obj is None else resample(obj, clip.fps, float(recipe["fps"])), float(recipe["fps"])  # fmt: skip
     m = synthesize_views(kp, clip.keypoint_set, rate, num_views=int(recipe.get("views", 1)),
                          camera=str(recipe.get("camera", "static")), seed=int(recipe.get("seed", 0)),
-                         object3d=obj, meta={"source": str(src), "character": clip.character, "source_fps": clip.fps})  # fmt: skip
+                         object3d=obj, meta={"source": str(src), "character": clip.character, "source_fps": clip.fps},
+                         labels=dict(recipe.get("labels") or {"skill": clip_skill(src.stem)}))  # fmt: skip
     save_motion2d(m, out)
 
 
