@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from mimic2dm.motion.format import Motion2D, load_motion2d, read_kind, save_motion2d
+from mimic2dm.utils.reporting import markdown_rows
 
 COLUMNS = (
     ("method", "method", "{}"), ("success_rate", "success (%)", "pct"),
@@ -161,9 +162,8 @@ def markdown_table(result: dict) -> str:
     cols = [
         c for c in COLUMNS if c[0] != "object_error_2d_px" or any(c[0] in r for r in result["rows"])
     ]
+    cells = [[_cell(r.get(k), f) for k, _, f in cols] for r in result["rows"]]
     lines = [f"Evaluated on `{result['data']}` (camera: {result['camera']}).", "",
-             "| " + " | ".join(h for _, h, _ in cols) + " |", "|" + "---|" * len(cols)]  # fmt: skip
-    for r in result["rows"]:
-        lines.append("| " + " | ".join(_cell(r.get(k), f) for k, _, f in cols) + " |")
+             *markdown_rows([h for _, h, _ in cols], cells)]  # fmt: skip
     lines += ["", "Units: " + "; ".join(f"{k}: {u}" for k, u in result["units"].items()) + "."]
     return "\n".join(lines) + "\n"

@@ -29,6 +29,7 @@ from mimic2dm.generators.fid import (
 from mimic2dm.geometry.camera import Camera
 from mimic2dm.motion.canonical import to_canonical
 from mimic2dm.motion.keypoint_sets import KeypointSet
+from mimic2dm.utils.reporting import markdown_rows
 
 WINDOW_STRIDE = 8
 """Frames between the starts of the FID windows of a run."""
@@ -201,10 +202,7 @@ def table3_markdown(reports: list[tuple[str, dict]]) -> str:
     rows of different runs stay comparable at a glance (FID only at the same extractor).
     """
     head = ["run", "generator", "skill", "views", "episodes", *(c for c, _ in TABLE3_COLUMNS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for name, r in reports:
-        s = r.get("settings", {})
-        cells = [name, str(r.get("generator_type", "-")), str(s.get("skill") or "-"), str(r.get("views", "-")),
-                 str(r["episodes"]), *(f(r) for _, f in TABLE3_COLUMNS)]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[name, str(r.get("generator_type", "-")), str(r.get("settings", {}).get("skill") or "-"),
+             str(r.get("views", "-")), str(r["episodes"]), *(f(r) for _, f in TABLE3_COLUMNS)]
+            for name, r in reports]  # fmt: skip
+    return "\n".join(markdown_rows(head, rows)) + "\n"

@@ -153,3 +153,12 @@ def library_output_to_log(name: str = "") -> Iterator[None]:
         stream.close_line()
         for h in handlers:
             h.removeFilter(_not_library)
+
+
+def markdown_rows(head: list[str], rows: list[list[str]]) -> list[str]:
+    """Lines of a markdown table: the header, its rule and one line per row of cells."""
+    return [
+        "| " + " | ".join(head) + " |",
+        "|" + "---|" * len(head),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
