@@ -568,13 +568,18 @@ def prepare_data(gen_data: Any) -> tuple[Path, Path | None]:
     held = Path(gen_data.heldout_dir) if gen_data.get("heldout_dir") else None
     build = gen_data.get("build")
     if build:
-        mocap = build.get("mocap_dir")
-        ensure_view_dataset(train, spec_from_config(build), mocap)
+        ensure_view_dataset(train, spec_from_config(build), build.get("mocap_dir"))
         if held is not None:
-            ensure_view_dataset(
-                held, spec_from_config(build, "heldout_seed", "heldout_pairs"), mocap
-            )
+            ensure_heldout_views(held, build)
     return train, held
+
+
+def ensure_heldout_views(held: Path, build: Any) -> Path:
+    """Build (once) the held-out views of a ``gen_data.build`` spec (its ``heldout_seed``,
+    ``heldout_pairs``) in ``held``; returns ``held``."""
+    return ensure_view_dataset(
+        held, spec_from_config(build, "heldout_seed", "heldout_pairs"), build.get("mocap_dir")
+    )
 
 
 def main(

@@ -10,10 +10,13 @@ from mimic2dm.generators.data import (
     ViewDatasetSpec,
     WindowSampler,
     build_view_dataset,
+    ensure_heldout_views,
     ensure_view_dataset,
     feature_mask,
     features_to_pixels,
     load_clips,
+    prepare_data,
+    spec_from_config,
     window_pixel_errors,
 )
 
@@ -61,6 +64,22 @@ def test_ensure_reuses_same_spec_and_refuses_another(views):
     assert ensure_view_dataset(out, spec, MOCAP) == out
     with pytest.raises(ValueError, match="another spec"):
         ensure_view_dataset(out, ViewDatasetSpec(clips=("cmu_walk",), pairs=1), MOCAP)
+
+
+def test_prepare_data_builds_train_and_heldout_with_their_own_specs(tmp_path):
+    from omegaconf import OmegaConf
+
+    build = {"clips": ["cmu_walk"], "pairs": 1, "seed": 0, "heldout_pairs": 2, "heldout_seed": 7,
+             "fps": 30.0, "camera_modes": ["static"], "noise_px": 0.0, "drop_prob": 0.0,
+             "mocap_dir": str(MOCAP)}  # fmt: skip
+    cfg = OmegaConf.create({"dir": str(tmp_path / "train"), "heldout_dir": str(tmp_path / "held"), "build": build})
+    train, held = prepare_data(cfg)
+    assert (train, held) == (tmp_path / "train", tmp_path / "held")
+    assert len(list(train.glob("*.npz"))) == 1 and len(list(held.glob("*.npz"))) == 2
+    digest = json.loads((held / "manifest.json").read_text())["digest"]
+    assert digest == spec_from_config(cfg.build, "heldout_seed", "heldout_pairs").digest()
+    assert digest != json.loads((train / "manifest.json").read_text())["digest"]
+    assert ensure_heldout_views(held, cfg.build) == held  # same spec: reused, not rebuilt
 
 
 def test_clips_windows_masks_and_stats(views):

@@ -202,14 +202,10 @@ def ensure_default_real(kset: str) -> Path:
     """Build (once) the held-out views of ``gen_data=DEFAULT_REAL[kset]`` (its held-out spec)."""
     from omegaconf import OmegaConf
 
-    from mimic2dm.generators.data import ensure_view_dataset, spec_from_config
+    from mimic2dm.generators.data import ensure_heldout_views
 
     gen_data = OmegaConf.load(PROJECT / "conf" / "gen_data" / f"{DEFAULT_REAL[kset]}.yaml")
-    return ensure_view_dataset(
-        PROJECT / gen_data.heldout_dir,
-        spec_from_config(gen_data.build, "heldout_seed", "heldout_pairs"),
-        gen_data.build.get("mocap_dir"),
-    )
+    return ensure_heldout_views(PROJECT / gen_data.heldout_dir, gen_data.build)
 
 
 def _video(ctl: Controller, rec, path: str) -> None:
