@@ -72,7 +72,9 @@ def test_prepare_data_builds_train_and_heldout_with_their_own_specs(tmp_path):
     build = {"clips": ["cmu_walk"], "pairs": 1, "seed": 0, "heldout_pairs": 2, "heldout_seed": 7,
              "fps": 30.0, "camera_modes": ["static"], "noise_px": 0.0, "drop_prob": 0.0,
              "mocap_dir": str(MOCAP)}  # fmt: skip
-    cfg = OmegaConf.create({"dir": str(tmp_path / "train"), "heldout_dir": str(tmp_path / "held"), "build": build})
+    cfg = OmegaConf.create(
+        {"dir": str(tmp_path / "train"), "heldout_dir": str(tmp_path / "held"), "build": build}
+    )
     train, held = prepare_data(cfg)
     assert (train, held) == (tmp_path / "train", tmp_path / "held")
     assert len(list(train.glob("*.npz"))) == 1 and len(list(held.glob("*.npz"))) == 2
