@@ -4,7 +4,7 @@
 # the same tracker and seeds), the two-view experiment (tracker rollouts -> two-view GPT -> the
 # tracker aggregating both generated views), videos, and the markdown table.
 #   cluster/control_e2e.sh TRACKER_RUN [OUT=runs/control_e2e] [EPISODES=20] [STEPS_SCALE=1]
-# TRACKER_RUN: a run of `mimic2dm-train data=cmu_all task.view_mode=virtual ...` (its data/ holds
+# TRACKER_RUN: a run of `mimic2dm-train data=cmu_all task.view_mode=virtual ...` (docs/control.md; its data/ holds
 # the single-view clips the rollouts follow). STEPS_SCALE multiplies the generators' steps;
 # CONTROL_SECONDS (default 10) is the length of each controlled episode.
 set -euo pipefail
