@@ -232,7 +232,7 @@ def train(
     t0 = time.perf_counter()
     try:
         with library_output_to_log("rl_games"):  # its set-up and end-of-run prints
-            vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir)
+            vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir, tc.env_groups)
             agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
             if ckpt is not None:
                 agent.restore(str(ckpt))

@@ -7,7 +7,8 @@ training after its first (warm-up) epoch; Ray's start-up and the actors' start a
 timed:
 
 - ``baseline``: in-process, with :data:`BASELINE` on top of the config (64 envs,
-  minibatch 512, 4 mini-epochs, 1 torch thread, 60 Hz physics, 1 MuJoCo thread);
+  minibatch 512, 4 mini-epochs, 1 torch thread, 60 Hz physics, 1 MuJoCo thread, one env
+  group: no overlap of physics and the learner);
 - ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults.
 
 Extra overrides (``-o``) and ``--num-envs`` apply to every mode, the baseline included,
@@ -36,7 +37,7 @@ from mimic2dm.utils.reporting import (
 
 BASELINE = (
     "train.num_envs=64", "train.minibatch_size=512", "train.mini_epochs=4", "train.torch_threads=1",
-    "engine.physics_hz=60", "engine.num_threads=1",
+    "engine.physics_hz=60", "engine.num_threads=1", "train.env_groups=1",
 )  # fmt: skip
 """The fixed baseline every run is compared with (overrides of the tracker config)."""
 
@@ -53,6 +54,7 @@ SETTINGS = {
     "minibatch_size": "train.minibatch_size", "mini_epochs": "train.mini_epochs",
     "torch_threads": "train.torch_threads", "physics_hz": "engine.physics_hz",
     "control_hz": "engine.control_hz", "engine_threads": "engine.num_threads",
+    "env_groups": "train.env_groups", "ray_pipeline": "ray.pipeline",
 }  # fmt: skip
 """What the tables and the JSON report of each mode's config (name -> config key)."""
 

@@ -150,6 +150,27 @@ class Task(abc.ABC):
     def step(self, actions: torch.Tensor) -> StepResult:
         """Apply ``actions [N, action_dim]`` for one control step; done envs reset themselves."""
 
+    def step_begin(self, actions: torch.Tensor) -> None:
+        """First half of :meth:`step`: everything up to starting the physics, which may
+        then run in the background (``Engine.step_async``) until :meth:`step_end`.
+
+        A learner that steps several tasks overlaps one task's physics with its work on
+        the others (``train.env_groups``). Between the two calls the caller must not use
+        this task. ``step_begin(a); step_end()`` equals ``step(a)``; this default simply
+        defers the whole step to :meth:`step_end` (no overlap).
+        """
+        if getattr(self, "_begun", None) is not None:
+            raise RuntimeError(f"{type(self).__name__}.step_begin called twice without step_end")
+        self._begun = actions
+
+    def step_end(self) -> StepResult:
+        """Second half of :meth:`step` (after :meth:`step_begin`): the step's result."""
+        actions = getattr(self, "_begun", None)
+        if actions is None:
+            raise RuntimeError(f"{type(self).__name__}.step_end called without step_begin")
+        self._begun = None
+        return self.step(actions)
+
     def observe_values(self, values: torch.Tensor) -> int | torch.Tensor:
         """The learner's critic values ``[N]`` of the states behind the last observation
         (adaptive state initialisation uses them). Returns how many were used (an int or

@@ -43,6 +43,7 @@ def test_task_spec_from_the_config_groups():
         "reg": 0.1,
         "ori": 0.0,
         "contact": 0.0,
+        "scale": 0.0,
     }
     # every key of the engine group reaches the backend unchanged
     assert spec.engine == dict(OmegaConf.to_container(cfg.engine, resolve=True))

@@ -19,6 +19,7 @@ from mimic2dm.tasks.tracking2d.rewards import (
     contact_reward,
     orientation_reward,
     reward_terms,
+    scale_reward,
 )
 
 MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
@@ -158,3 +159,23 @@ def test_contact_term_through_reward_terms():
                      control_hz=30.0, contact=(torch.tensor([15, 16]), flags))  # fmt: skip
     assert t["contact"].tolist() == [0.0, 1.0]
     assert math.isclose(t["pos"][0].item(), 1.0)
+
+
+def test_scale_term_sees_a_depth_error_that_pos_barely_does(walk):
+    """The walk seen 5 % smaller about its root (the body ~0.3 m further away at 6 m):
+    within a few pixels per keypoint, so ``pos`` stays near 1, while ``scale`` drops to ~0.6;
+    the reference scores 1, and a mirrored body of the right size keeps ``scale`` at 1."""
+    uv, mask, act = walk
+    root = uv[:, 11:13].mean(1, keepdim=True)
+    smaller = root + 0.95 * (uv - root)
+    ref = case_terms(uv, mask, act, uv)
+    got = case_terms(uv, mask, act, smaller)
+    assert ref["scale"] > 0.999
+    assert got["pos"] > 0.95 and 0.5 < got["scale"] < 0.7, got
+    larger = root + 1.05 * (uv - root)
+    assert 0.5 < case_terms(uv, mask, act, larger)["scale"] < 0.7  # symmetric in the log ratio
+    mirrored = uv.clone()
+    mirrored[..., 0] = 2 * root[..., 0] - uv[..., 0]
+    assert case_terms(uv, mask, act, mirrored)["scale"] > 0.999  # a size cue, not a pose cue
+    none = torch.zeros_like(mask)
+    assert torch.equal(scale_reward(smaller, uv, none, 200.0), torch.ones(uv.shape[0]))

@@ -10,8 +10,10 @@ checks and error messages.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import math
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -363,6 +365,10 @@ class Engine(abc.ABC):
         options: rates, threads, device and backend options (default: ``EngineOptions()``).
     """
 
+    background_step = True
+    """:meth:`step_async` runs the step on a background thread (False: in the caller's
+    thread, for backends whose step must stay on the thread that built them)."""
+
     def __init__(
         self,
         character: str | CharacterSpec,
@@ -384,6 +390,8 @@ class Engine(abc.ABC):
         self.device = torch.device(options.device)
         self.num_envs = num_envs
         self.physics_seconds = 0.0  # wall time spent in _step, for the training time breakdown
+        self.wait_seconds = 0.0  # time callers spent blocked in wait() on a background step
+        self._bg: _BackgroundStep | None = None  # the thread of step_async (made on first use)
         self.character = resolve_character(character)
         self.objects = tuple(objects)
         self.layout = self._build()
@@ -446,6 +454,7 @@ class Engine(abc.ABC):
         targets = self._check_tensor("targets", targets, (self.num_envs, self.num_dofs))
         if not bool(torch.isfinite(targets).all()):
             raise ValueError("targets contain NaN or inf")
+        self.wait()
         self._set_pd_targets(targets)
 
     def step(self, targets: torch.Tensor | None = None) -> None:
@@ -459,13 +468,55 @@ class Engine(abc.ABC):
         """
         if targets is not None:
             self.set_pd_targets(targets)
+        self.wait()
+        self._timed_step()
+
+    def _timed_step(self) -> None:
         t0 = time.perf_counter()
         self._step()
         self.physics_seconds += time.perf_counter() - t0
 
+    def step_async(self, targets: torch.Tensor | None = None) -> None:
+        """Start :meth:`step` on a background thread and return at once.
+
+        The caller may do other work (e.g. another engine's envs, a policy forward pass)
+        while this engine's physics runs; backends whose step releases the GIL (MuJoCo's
+        ``Batch.step``) then really run in parallel. Every other public method first waits
+        for the step in flight (:meth:`wait`), so a read-out always sees the stepped state.
+        Errors of the step are raised by :meth:`wait`. The result is bit-identical to
+        :meth:`step`.
+
+        Args:
+            targets: optional ``[N, J]`` PD targets to set first (see :meth:`set_pd_targets`).
+        """
+        if targets is not None:
+            self.set_pd_targets(targets)
+        self.wait()
+        if not self.background_step:
+            self._timed_step()
+            return
+        if self._bg is None:
+            self._bg = _BackgroundStep(self._timed_step, f"{type(self).__name__}-step")
+        self._bg.start()
+
+    def wait(self) -> None:
+        """Block until the step started by :meth:`step_async` (if any) is done; re-raise
+        its error. The blocked time is added to ``wait_seconds``."""
+        if self._bg is None or not self._bg.busy:
+            return
+        t0 = time.perf_counter()
+        self._bg.join()
+        self.wait_seconds += time.perf_counter() - t0
+
+    @property
+    def stepping(self) -> bool:
+        """A step started by :meth:`step_async` has not been waited for yet."""
+        return self._bg is not None and self._bg.busy
+
     # ------------------------------------------------------------------ read-out
     def get_state(self) -> SimState:
         """Full state of all envs (root, dofs, objects), world-frame velocities."""
+        self.wait()
         return self._get_state()
 
     def get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -474,14 +525,17 @@ class Engine(abc.ABC):
         Returns:
             ``pos [N, B, 3]`` and ``rot [N, B, 4]`` (xyzw) of the bodies in ``body_names`` order.
         """
+        self.wait()
         return self._get_body_poses()
 
     def get_keypoints(self) -> torch.Tensor:
         """World positions ``[N, K, 3]`` of the keypoint sites, ``keypoint_names`` order."""
+        self.wait()
         return self._get_keypoints()
 
     def get_contacts(self) -> torch.Tensor:
         """Contact flags ``[N, C]`` (float32, 1.0 = touching) of ``contact_names`` bodies."""
+        self.wait()
         return self._get_contacts()
 
     def get_dof_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -511,6 +565,7 @@ class Engine(abc.ABC):
         env_ids = self._check_env_ids(env_ids)
         if env_ids.numel() == 0:
             return
+        self.wait()
         state = (
             self.default_state(env_ids.numel())
             if state is None
@@ -520,6 +575,7 @@ class Engine(abc.ABC):
 
     def nonfinite_envs(self) -> torch.Tensor:
         """``[N]`` bool: envs whose state holds NaN, inf or a diverged (> 1e10) value."""
+        self.wait()
         return self._nonfinite_envs()
 
     def reset_nonfinite(self) -> torch.Tensor:
@@ -548,6 +604,11 @@ class Engine(abc.ABC):
 
     def close(self) -> None:
         """Release simulator resources (threads, memory); the engine is unusable after."""
+        if self._bg is not None:
+            with contextlib.suppress(Exception):  # a failed last step does not block closing
+                self.wait()
+            self._bg.stop()
+            self._bg = None
         self._close()
 
     def __enter__(self) -> Engine:
@@ -636,3 +697,45 @@ class Engine(abc.ABC):
 
     @abc.abstractmethod
     def _close(self) -> None: ...
+
+
+class _BackgroundStep:
+    """One daemon thread that runs ``fn`` each time :meth:`start` is called (a reusable
+    worker: starting a thread per control step would cost more than a small step)."""
+
+    def __init__(self, fn, name: str):
+        self.fn, self.busy = fn, False
+        self._go, self._done = threading.Event(), threading.Event()
+        self._error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            self._go.wait()
+            self._go.clear()
+            if self._stop:
+                return
+            try:
+                self.fn()
+            except BaseException as err:  # noqa: BLE001 - handed to the caller of join()
+                self._error = err
+            self._done.set()
+
+    def start(self) -> None:
+        self.busy = True
+        self._done.clear()
+        self._go.set()
+
+    def join(self) -> None:
+        self._done.wait()
+        self.busy = False
+        err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def stop(self) -> None:
+        self._stop = True
+        self._go.set()
+        self._thread.join(timeout=5.0)

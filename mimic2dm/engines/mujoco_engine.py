@@ -400,10 +400,12 @@ class MujocoEngine(Engine):
 
     def state_dict(self) -> dict:
         """The batch's float64 state rows (qpos, qvel, ctrl, warm start, time): bit-exact."""
+        self.wait()
         return {"mujoco_rows": self._batch.state.copy(), "nq": self.model.nq, "nv": self.model.nv}
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; the next steps match the saved run's bit for bit."""
+        self.wait()
         if "sim_state" in state:
             return super().load_state_dict(state)
         rows = np.asarray(state["mujoco_rows"])
@@ -432,6 +434,7 @@ class MujocoEngine(Engine):
         """A new ``MjData`` holding env ``env_id``'s state, forwarded (for rendering and debugging)."""
         if not 0 <= env_id < self.num_envs:
             raise ValueError(f"env_id must be in [0, {self.num_envs}), got {env_id}")
+        self.wait()
         data = self._batch.get_data(int(env_id))
         mujoco.mj_forward(self.model, data)
         return data

@@ -198,6 +198,10 @@ class NewtonEngine(Engine):
     ``num_threads`` and ``persistent`` do not apply.
     """
 
+    # Warp's captured graphs and streams belong to the thread that made them, and a GPU step
+    # is asynchronous anyway: step_async steps in the caller's thread.
+    background_step = False
+
     # ------------------------------------------------------------------ construction
     def _build(self) -> EngineLayout:
         from mimic2dm.characters import build_scene_xml

@@ -30,6 +30,7 @@ from collections.abc import Callable
 
 import torch
 from rl_games.algos_torch.a2c_continuous import A2CAgent
+from rl_games.common.a2c_common import swap_and_flatten01
 
 from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
 
@@ -116,14 +117,92 @@ class TrackerAgent(A2CAgent):
     def play_steps(self):
         """rl-games' rollout, on ``collect_threads`` torch threads: its tensors are small
         ([num_envs, ...]), so a second intra-op thread mostly contends with the engine's."""
+        play = self._play_steps_pipelined if self._pipelined() else super().play_steps
         n = torch.get_num_threads()
         if not self.collect_threads or self.collect_threads == n:
-            return super().play_steps()
+            return play()
         torch.set_num_threads(self.collect_threads)
         try:
-            return super().play_steps()
+            return play()
         finally:
             torch.set_num_threads(n)
+
+    def _pipelined(self) -> bool:
+        return (
+            getattr(self.vec_env, "num_groups", 1) > 1
+            and not self.has_central_value
+            and not self.is_rnn
+        )
+
+    def _play_steps_pipelined(self) -> dict:
+        """rl-games' rollout (same buffers, bookkeeping and GAE), over the vecenv's env groups
+        in turn: group ``g``'s actions are computed and its step launched (its physics runs
+        in the background) while the other groups' physics runs, and its step is finished
+        (rewards, resets, next observation) while theirs runs. Every env still takes its
+        ``horizon_length`` steps from the policy of this epoch."""
+        env, buf = self.vec_env, self.experience_buffer.tensor_dict
+        obs = self.obs["obs"].clone()
+        step_time = 0.0
+
+        def launch(n: int, g: int) -> dict:
+            nonlocal step_time
+            a, b = env.bounds[g]
+            res = super(TrackerAgent, self).get_action_values({"obs": obs[a:b]})
+            buf["obses"][n, a:b] = obs[a:b]
+            buf["dones"][n, a:b] = self.dones[a:b]
+            for k in self.update_list:
+                buf[k][n, a:b] = res[k]
+            t0 = time.perf_counter()
+            env.launch(g, self.preprocess_actions(res["actions"]), res["values"][:, 0])
+            step_time += time.perf_counter() - t0
+            return res
+
+        def finish(n: int, g: int, res: dict) -> None:
+            nonlocal step_time
+            a, b = env.bounds[g]
+            t0 = time.perf_counter()
+            o, rewards, dones, infos = env.finish(g)
+            step_time += time.perf_counter() - t0
+            rewards = rewards.to(self.ppo_device).unsqueeze(1)
+            dones = dones.to(self.ppo_device)
+            shaped = self.rewards_shaper(rewards)
+            if self.value_bootstrap and "time_outs" in infos:
+                timeouts = self.cast_obs(infos["time_outs"]).unsqueeze(1).float()
+                shaped = shaped + self.gamma * res["values"] * timeouts
+            buf["rewards"][n, a:b] = shaped
+            self.current_rewards[a:b] += rewards
+            self.current_shaped_rewards[a:b] += shaped
+            self.current_lengths[a:b] += 1
+            done_ids = dones.nonzero(as_tuple=False)[:: self.num_agents] + a
+            self.game_rewards.update(self.current_rewards[done_ids])
+            self.game_shaped_rewards.update(self.current_shaped_rewards[done_ids])
+            self.game_lengths.update(self.current_lengths[done_ids])
+            self.algo_observer.process_infos(infos, done_ids)
+            keep = (1.0 - dones.float()).unsqueeze(1)
+            self.current_rewards[a:b] *= keep
+            self.current_shaped_rewards[a:b] *= keep
+            self.current_lengths[a:b] *= keep.squeeze(1)
+            self.dones[a:b] = dones
+            obs[a:b] = o.to(obs.device)
+
+        groups = range(env.num_groups)
+        res = [launch(0, g) for g in groups]
+        for n in range(self.horizon_length):
+            for g in groups:
+                finish(n, g, res[g])
+                if n + 1 < self.horizon_length:
+                    res[g] = launch(n + 1, g)
+        self.obs = {"obs": obs}
+        last_values = self.get_values(self.obs)
+        mb_values, mb_rewards = buf["values"], buf["rewards"]
+        mb_advs = self.discount_values(
+            self.dones.float(), last_values, buf["dones"].float(), mb_values, mb_rewards
+        )
+        batch = self.experience_buffer.get_transformed_list(swap_and_flatten01, self.tensor_list)
+        batch["returns"] = swap_and_flatten01(mb_advs + mb_values)
+        batch["played_frames"] = self.batch_size
+        batch["step_time"] = step_time
+        return batch
 
     def train_epoch(self):
         start = time.perf_counter()

@@ -109,6 +109,9 @@ class TrainConfig:
     games_to_track: int = 100
     torch_threads: int = 1  # 0: rl-games' choice (min(4, cores))
     collect_threads: int = 0  # torch threads while collecting rollouts (0: torch_threads)
+    env_groups: int = (
+        1  # in-process envs in this many groups, one's physics overlapping the others' work
+    )
     device: str = "cpu"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -128,6 +131,11 @@ class TrainConfig:
         check("train.grad_norm", self.grad_norm, gt=0)
         check("train.torch_threads", self.torch_threads, ge=0, integer=True)
         check("train.collect_threads", self.collect_threads, ge=0, integer=True)
+        check("train.env_groups", self.env_groups, ge=1, integer=True)
+        if self.num_envs % self.env_groups:
+            raise ConfigError(
+                f"train.env_groups={self.env_groups} must divide train.num_envs={self.num_envs}"
+            )
         check_device("train.device", self.device)
 
 
@@ -143,6 +151,7 @@ class RayConfig:
     actor_cpus: float = 1.0  # CPUs reserved by each actor
     threads_per_actor: int = 1  # MuJoCo threads inside each actor
     step_timeout_s: float = 300.0  # an actor silent for this long is replaced
+    pipeline: bool = True  # the learner computes one actor's actions while the others step
     temp_dir: str | None = (
         None  # Ray session dir (None: RUN_DIR/ray, or /tmp when that path is too long)
     )

@@ -12,7 +12,9 @@ Per epoch, at step = env frames so far:
   policy), ``perf/learner_samples_per_s`` (PPO update) and ``perf/samples_per_s`` (all);
 - the epoch's wall time ``perf/epoch_s`` and where it went (:func:`time_breakdown`):
   ``perf/physics_s``, ``perf/task_s``, ``perf/inference_s``, ``perf/update_s``,
-  ``perf/overhead_s`` (seconds; they sum to ``perf/epoch_s``);
+  ``perf/overhead_s`` (seconds; they sum to ``perf/epoch_s``); with env groups
+  (``train.env_groups``) the physics runs in the background, ``perf/physics_s`` is the time
+  the rollout waited for it and ``perf/physics_busy_s`` the physics' own time;
 - ``ray/actor_restarts``; rl-games' own losses, KL and learning rate as ``rl/...``.
 
 Every ``video_every`` epochs (0: never) the current policy is also evaluated by the
@@ -130,6 +132,7 @@ class TrackerObserver(AlgoObserver):
         self.stats = StepStats()
         self.restarts = 0
         self.physics_s = 0.0
+        self.physics_busy_s = 0.0
 
     # ------------------------------------------------------------------ rl-games hooks
     def after_init(self, algo) -> None:
@@ -151,6 +154,7 @@ class TrackerObserver(AlgoObserver):
             self.stats.merge(infos["stats"])
         self.restarts += int(infos.get("actor_restarts", 0))
         self.physics_s += float(infos.get("physics_s", 0.0))
+        self.physics_busy_s += float(infos.get("physics_busy_s", 0.0))
 
     def after_print_stats(self, frame: int, epoch_num: int, total_time: float) -> None:
         if epoch_num == self.last_epoch:  # rl-games may call this twice per epoch
@@ -199,6 +203,10 @@ class TrackerObserver(AlgoObserver):
                 m["perf/epoch_s"] = float(wall)
                 for part, sec in time_breakdown(t, self.physics_s, wall).items():
                     m[f"perf/{part}_s"] = sec
+                if (
+                    self.physics_busy_s
+                ):  # env groups: the physics' own time, overlapped with the rest
+                    m["perf/physics_busy_s"] = self.physics_busy_s
             stats = getattr(algo.vec_env, "stats", None)
             if stats is not None:
                 m.update(stats())

@@ -55,18 +55,43 @@ def env_info(obs_dim: int, action_dim: int) -> dict:
 
 
 class TaskVecEnv(IVecEnv):
-    """All envs in one task in the learner's process.
+    """All envs in the learner's process: one task, or ``groups`` tasks stepped in turn.
+
+    With ``groups > 1`` the envs are split into that many tasks (group ``g`` seeded
+    ``seed + 1000 g``, as Ray actors are), each with its own engine, whose physics runs on
+    its own background thread (``Engine.step_async``). The learner's pipelined rollout
+    (:class:`~mimic2dm.rl.agent.TrackerAgent`, through :meth:`launch` / :meth:`finish`)
+    then computes one group's policy actions and task step while another group's
+    physics runs: on 2 cores the Python work of the rollout and the engine overlap
+    instead of taking turns (docs/training.md "Speed"). :meth:`step` steps every group
+    (all physics in parallel) for callers that do not pipeline.
 
     Args:
-        spec: what to build.
+        spec: what to build (with groups, each engine gets ``num_threads // groups`` threads, >= 1).
         num_envs: number of envs ``N``.
         seed: the task's seed.
+        groups: number of env groups (``N`` must split evenly).
     """
 
-    def __init__(self, spec: TaskSpec, num_envs: int, seed: int = 0):
+    def __init__(self, spec: TaskSpec, num_envs: int, seed: int = 0, groups: int = 1):
+        if groups < 1 or num_envs % groups:
+            raise ValueError(
+                f"train.env_groups={groups} does not split train.num_envs={num_envs} evenly"
+            )
         self.spec, self.num_envs, self.seed_value = spec, num_envs, seed
-        self.task = make_task(spec, num_envs, seed)
+        if groups > 1:
+            threads = int(spec.engine.get("num_threads", 0) or os.cpu_count() or 1)
+            spec = spec.with_engine(num_threads=max(1, threads // groups))
+        n = num_envs // groups
+        self.tasks = [make_task(spec, n, seed + 1000 * g) for g in range(groups)]
+        self.task = self.tasks[0]
+        self.bounds = [(g * n, (g + 1) * n) for g in range(groups)]
+        self._launched = [(0.0, 0.0)] * groups  # engine time counters at each group's launch
         self._restored = False
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.tasks)
 
     def get_env_info(self) -> dict:
         return env_info(self.task.obs_dim, self.task.action_dim)
@@ -77,42 +102,93 @@ class TaskVecEnv(IVecEnv):
     def reset(self) -> torch.Tensor:
         """Observation ``[N, D]``; every env starts a new episode unless a checkpoint was just loaded."""
         if not self._restored:
-            self.task.reset(torch.arange(self.num_envs, device=self.task.device))
+            for t in self.tasks:
+                t.reset(torch.arange(t.num_envs, device=t.device))
         self._restored = False
-        return self.task.observe()
+        return torch.cat([t.observe() for t in self.tasks])
 
     def observe_values(self, values: torch.Tensor) -> None:
         """Critic values ``[N]`` of the states behind the last observation."""
-        self.task.observe_values(values.detach().reshape(-1).float().to(self.task.device))
+        v = values.detach().reshape(-1).float()
+        for t, (a, b) in zip(self.tasks, self.bounds, strict=True):
+            t.observe_values(v[a:b].to(t.device))
+
+    def launch(self, g: int, actions: torch.Tensor, values: torch.Tensor | None = None) -> None:
+        """Start group ``g``'s step with its ``actions [n, A]`` (``values [n]``: the critic's
+        values of the observation they came from, for ASI); its physics runs in the
+        background until :meth:`finish`."""
+        t = self.tasks[g]
+        if values is not None:
+            t.observe_values(values.detach().reshape(-1).float().to(t.device))
+        self._launched[g] = (t.engine.physics_seconds, t.engine.wait_seconds)
+        t.step_begin(actions.detach().float().to(t.device))
+
+    def finish(self, g: int):
+        """Finish group ``g``'s step: ``obs [n, D]``, ``rewards [n]``, ``dones [n]`` uint8, ``infos``
+        (``physics_s``: time spent waiting for its physics; ``physics_busy_s``: the physics' own time)."""
+        engine = self.tasks[g].engine
+        busy, waited = self._launched[g]
+        r = self.tasks[g].step_end()
+        infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0,
+                 "physics_s": engine.wait_seconds - waited, "physics_busy_s": engine.physics_seconds - busy}  # fmt: skip
+        return r.obs, r.reward, r.done.to(torch.uint8), infos
 
     def step(self, actions: torch.Tensor):
         """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
-        engine = self.task.engine
-        before = engine.physics_seconds
-        r = self.task.step(actions.detach().float().to(self.task.device))
-        infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0,
-                 "physics_s": engine.physics_seconds - before}  # fmt: skip
-        return r.obs, r.reward, r.done.to(torch.uint8), infos
+        actions = actions.detach().float()
+        if self.num_groups == 1:
+            engine = self.task.engine
+            before = engine.physics_seconds
+            r = self.task.step(actions.to(self.task.device))
+            infos = {"time_outs": r.truncated, "stats": StepStats.of(r), "actor_restarts": 0,
+                     "physics_s": engine.physics_seconds - before}  # fmt: skip
+            return r.obs, r.reward, r.done.to(torch.uint8), infos
+        for g, (a, b) in enumerate(self.bounds):
+            self.launch(g, actions[a:b])
+        parts = [self.finish(g) for g in range(self.num_groups)]
+        stats = StepStats()
+        for p in parts:
+            stats.merge(p[3]["stats"])
+        infos = {"time_outs": torch.cat([p[3]["time_outs"] for p in parts]), "stats": stats, "actor_restarts": 0,
+                 "physics_s": sum(p[3]["physics_s"] for p in parts)}  # fmt: skip
+        return tuple(torch.cat([p[i] for p in parts]) for i in range(3)) + (infos,)
 
     def stats(self) -> dict[str, float]:
-        """The task's statistics (e.g. ASI)."""
-        return self.task.stats()
+        """The task's statistics (e.g. ASI), averaged over the groups (``*replacements`` summed)."""
+        return _merge_stats([t.stats() for t in self.tasks])
 
     def get_env_state(self) -> dict:
-        return {"kind": "tasks", "tasks": [task_state(self.task)]}
+        return {"kind": "tasks", "tasks": [task_state(t) for t in self.tasks]}
 
     def set_env_state(self, env_state: dict | None) -> None:
         if env_state is None:
             return
-        self._restored = load_task_state(self.task, env_state["tasks"][0])
+        saved = env_state["tasks"]
+        same = len(saved) == len(self.tasks)
+        restored = [
+            load_task_state(t, saved[i % len(saved)], same) for i, t in enumerate(self.tasks)
+        ]
+        self._restored = all(restored)
         if not self._restored:
             log.warning(
-                "checkpoint envs do not match this run's (%d): restored the task's buffers only",
-                self.num_envs,
-            )
+                "checkpoint envs (%d batch(es)) do not match this run's (%d envs in %d group(s)): "
+                "restored the task's buffers only", len(saved), self.num_envs, self.num_groups,
+            )  # fmt: skip
 
     def close(self) -> None:
-        self.task.close()
+        for t in self.tasks:
+            t.close()
+
+
+def _merge_stats(all_stats: list[dict[str, float]]) -> dict[str, float]:
+    """Per-batch task statistics averaged (``*replacements`` summed)."""
+    if not all_stats:
+        return {}
+    out = {k: float(np.mean([s[k] for s in all_stats])) for k in all_stats[0]}
+    for k in out:
+        if k.endswith("replacements"):
+            out[k] = float(sum(s[k] for s in all_stats))
+    return out
 
 
 class EnvActor:
@@ -214,7 +290,8 @@ class RayVecEnv(IVecEnv):
         spec = spec.with_engine(num_threads=rc.threads_per_actor)
         self.spec, self.counts, self.seed_value = spec, list(counts), seed
         self.num_envs = sum(self.counts)
-        self.bounds = np.cumsum([0, *self.counts])
+        self.bounds_ = np.cumsum([0, *self.counts])
+        self._inflight: dict[int, tuple] = {}  # pipelined steps sent to actors, by actor
         # SPREAD (a soft strategy): actors go to different nodes when they can, and a replacement
         # goes to any node with room, e.g. a surviving one after its node died.
         self._actor_cls = ray.remote(EnvActor).options(
@@ -240,7 +317,7 @@ class RayVecEnv(IVecEnv):
         return dict(self.info["layout"])
 
     def _slices(self, x: np.ndarray) -> list[np.ndarray]:
-        return [x[a:b] for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)]
+        return [x[a:b] for a, b in zip(self.bounds_[:-1], self.bounds_[1:], strict=True)]
 
     def reset(self) -> torch.Tensor:
         """Observation ``[N, D]``; new episodes everywhere unless a checkpoint was just loaded."""
@@ -253,6 +330,48 @@ class RayVecEnv(IVecEnv):
         """Critic values ``[N]``; each actor gets its slice with the next :meth:`step`."""
         self._values = values.detach().reshape(-1).float().cpu().numpy()
 
+    @property
+    def num_groups(self) -> int:
+        """Env groups of the learner's pipelined rollout: the actors (``ray.pipeline``), else 1."""
+        return len(self.actors) if self.rc.pipeline else 1
+
+    @property
+    def bounds(self) -> list[tuple[int, int]]:
+        return [(int(a), int(b)) for a, b in zip(self.bounds_[:-1], self.bounds_[1:], strict=True)]
+
+    def launch(self, g: int, actions: torch.Tensor, values: torch.Tensor | None = None) -> None:
+        """Send actor ``g`` its step (``actions [n, A]``, critic ``values [n]``); it runs in the
+        actor's process until :meth:`finish`."""
+        v = None if values is None else values.detach().reshape(-1).float().cpu().numpy()
+        self._inflight[g] = (
+            self.actors[g].step.remote(actions.detach().float().cpu().numpy(), v),
+            time.perf_counter(),
+        )
+
+    def finish(self, g: int):
+        """Actor ``g``'s step: ``obs [n, D]``, ``rewards [n]``, ``dones [n]`` uint8, ``infos``
+        (``physics_s``: the part of the wait that the actor's physics can account for;
+        ``physics_busy_s``: the actor's physics time)."""
+        ref, _ = self._inflight.pop(g)
+        t0 = time.perf_counter()
+        r, restarted = self._get(g, ref)
+        waited = time.perf_counter() - t0
+        infos = {"time_outs": torch.from_numpy(r[3]).bool(), "stats": StepStats().merge(r[4]),
+                 "actor_restarts": restarted, "physics_s": min(waited, r[5]), "physics_busy_s": r[5]}  # fmt: skip
+        return (
+            torch.from_numpy(r[0]),
+            torch.from_numpy(r[1]),
+            torch.from_numpy(r[2]).to(torch.uint8),
+            infos,
+        )
+
+    def _get(self, i: int, ref) -> tuple[tuple, int]:
+        """Actor ``i``'s step result, or a replacement actor's fresh start (and 1) if it died."""
+        try:
+            return self.ray.get(ref, timeout=self.rc.step_timeout_s), 0
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
+            return self._replace(i, err), 1
+
     def step(self, actions: torch.Tensor):
         """Actions ``[N, A]`` -> ``obs [N, D]``, ``rewards [N]``, ``dones [N]`` uint8, ``infos``."""
         acts = self._slices(actions.detach().float().cpu().numpy())
@@ -261,11 +380,9 @@ class RayVecEnv(IVecEnv):
         refs = [a.step.remote(x, v) for a, x, v in zip(self.actors, acts, vals, strict=True)]
         results, restarted = [], 0
         for i, ref in enumerate(refs):
-            try:
-                results.append(self.ray.get(ref, timeout=self.rc.step_timeout_s))
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
-                results.append(self._replace(i, err))
-                restarted += 1
+            r, k = self._get(i, ref)
+            results.append(r)
+            restarted += k
         cat = lambda i: torch.from_numpy(np.concatenate([r[i] for r in results]))  # noqa: E731
         stats = StepStats()
         for r in results:
@@ -333,14 +450,7 @@ class RayVecEnv(IVecEnv):
 
     def stats(self) -> dict[str, float]:
         """The tasks' statistics averaged over the live actors (``*replacements`` summed)."""
-        all_stats = [s for s in self._call_all("stats") if s is not None]
-        if not all_stats:
-            return {}
-        out = {k: float(np.mean([s[k] for s in all_stats])) for k in all_stats[0]}
-        for k in out:
-            if k.endswith("replacements"):
-                out[k] = float(sum(s[k] for s in all_stats))
-        return out
+        return _merge_stats([s for s in self._call_all("stats") if s is not None])
 
     def get_env_state(self) -> dict:
         """Every actor's task state; a dead actor's slot keeps its last snapshot (or None)."""
@@ -379,7 +489,12 @@ class RayVecEnv(IVecEnv):
 
 
 def make_vecenv(
-    spec: TaskSpec, num_envs: int, seed: int, rc: RayConfig, run_dir: str | Path | None = None
+    spec: TaskSpec,
+    num_envs: int,
+    seed: int,
+    rc: RayConfig,
+    run_dir: str | Path | None = None,
+    groups: int = 1,
 ) -> IVecEnv:
     """The vecenv the ``ray`` config asks for.
 
@@ -390,9 +505,11 @@ def make_vecenv(
         seed: run seed.
         rc: Ray settings (``enabled: false`` -> in-process).
         run_dir: for Ray's session files.
+        groups: in-process: env groups whose physics overlaps the learner's work on the
+            others (``train.env_groups``); with Ray, the actors play that part.
     """
     if not rc.enabled:
-        return TaskVecEnv(spec, num_envs, seed)
+        return TaskVecEnv(spec, num_envs, seed, groups)
     if rc.num_actors < 1:
         raise ValueError(f"ray.num_actors must be >= 1, got {rc.num_actors}")
     if rc.envs_per_actor:

@@ -81,6 +81,7 @@ class Tracking2DTask(ASITask):
         self.prev_action = torch.zeros(self.N, engine.num_dofs, device=dev)
         self._obs_state: SimState | None = None
         self._cache: dict = {}
+        self._pending: tuple | None = None  # a step between step_begin and step_end
         self.reset(torch.arange(self.N, device=dev))
         self.prop_dim = self._proprioception().shape[1]
         self.view_dim = O.observation_2d_size(self.view_points()[0].shape[2], cfg.num_future)
@@ -195,12 +196,31 @@ class Tracking2DTask(ASITask):
         the engine simulates an object and the reference carries its 2D track (otherwise
         left out, the other scales re-normalised).
         """
+        self._begin(actions, background=False)
+        return self.step_end()
+
+    def step_begin(self, actions: torch.Tensor) -> None:
+        """:meth:`step` up to the physics, which then runs on the engine's background
+        thread (``Engine.step_async``) while the caller works on other envs; the
+        reference of the new frame is read meanwhile. Finish with :meth:`step_end`."""
+        self._begin(actions, background=True)
+
+    def _begin(self, actions: torch.Tensor, background: bool) -> None:
+        if self._pending is not None:
+            raise RuntimeError("Tracking2DTask.step_begin called twice without step_end")
         a = actions.to(self.device).clamp(-1.0, 1.0)
         prev_uv, _ = self.project_character()
         prev_ref, prev_mask = self.reference(self.frame)
-        self.advance(a)
+        self.advance(a, background=background)
+        self._pending = (a, prev_uv, prev_ref, prev_mask, *self.reference(self.frame))
+
+    def step_end(self) -> StepResult:
+        """The rest of :meth:`step` after :meth:`step_begin`: rewards, terminations, resets
+        and the next observation (waits for the physics first)."""
+        if self._pending is None:
+            raise RuntimeError("Tracking2DTask.step_end called without step_begin")
+        (a, prev_uv, prev_ref, prev_mask, ref, mask), self._pending = self._pending, None
         uv, valid = self.project_character()
-        ref, mask = self.reference(self.frame)
         m, pm = mask & valid, prev_mask
         H = self.source.heights()[:, None].expand(-1, self.V).reshape(-1)
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
@@ -265,9 +285,14 @@ class Tracking2DTask(ASITask):
         sim_c, sim_ok = self._project_object()
         return flat(sim_c), flat(ref_c), flat(ref_ok & sim_ok)
 
-    def advance(self, actions: torch.Tensor) -> None:
-        """Physics only: apply normalised ``actions [N, J]`` as PD targets, move one frame on."""
-        self.engine.step(self.act_offset + self.act_scale * actions.clamp(-1.0, 1.0))
+    def advance(self, actions: torch.Tensor, background: bool = False) -> None:
+        """Physics only: apply normalised ``actions [N, J]`` as PD targets, move one frame on
+        (``background``: the engine steps on its own thread, read-outs wait for it)."""
+        targets = self.act_offset + self.act_scale * actions.clamp(-1.0, 1.0)
+        if background:
+            self.engine.step_async(targets)
+        else:
+            self.engine.step(targets)
         self._cache.clear()
         self.frame += 1
         self.steps += 1
