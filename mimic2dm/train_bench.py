@@ -12,7 +12,9 @@ timed:
 - ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults.
 
 Extra overrides (``-o``) and ``--num-envs`` apply to every mode, the baseline included,
-after the baseline's own (the settings each mode ran with are reported). Per mode: PPO
+after the baseline's own; ``--set`` overrides apply to the three default modes only (a
+candidate setting measured against the fixed baseline in the same run). The settings each
+mode ran with are reported. Per mode: PPO
 samples/s (rollout + update, as rl-games counts them), wall samples/s (per second of
 epoch wall time, everything included) and the mean epoch split into physics, task,
 policy inference, PPO update and overhead (:func:`mimic2dm.rl.observer.time_breakdown`).
@@ -113,6 +115,7 @@ def bench_train(
     seconds: float = 20.0,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
+    candidate: list[str] | None = None,
 ) -> dict:
     """Measure the baseline and the defaults (in-process, 1 and 2 Ray actors) in this process.
 
@@ -121,6 +124,7 @@ def bench_train(
         seconds: timed training per mode (after one warm-up epoch).
         overrides: extra tracker-config overrides for every mode (after the baseline's).
         out_dir: where the short runs go (default: a temporary dir).
+        candidate: overrides of the default modes only (after ``overrides``), not the baseline.
 
     Returns:
         ``{"seconds", "baseline_overrides", "modes": {name: {settings, ...}} (see
@@ -141,7 +145,8 @@ def bench_train(
             if actors and not ray.is_initialized():
                 owns = init_ray(RayConfig(enabled=True), root)
             run_dir = root / name.replace(" ", "_").replace(",", "")
-            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *extra])
+            own = [] if name == "baseline" else list(candidate or [])
+            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *extra, *own])
     finally:
         if owns:
             ray.shutdown()
@@ -152,7 +157,8 @@ def bench_train(
 
     vs_in = ratios("in-process")
     return {
-        "seconds": seconds, "baseline_overrides": list(BASELINE), "modes": results,
+        "seconds": seconds, "baseline_overrides": list(BASELINE), "candidate_overrides": list(candidate or []),
+        "modes": results,
         "ratios": {"vs_baseline": ratios("baseline"), "vs_in_process": vs_in,
                    "2_actors_vs_in_process": vs_in["ray, 2 actors"],
                    "per_sample_vs_baseline": _per_sample_ratios(results)},
@@ -216,12 +222,15 @@ def bench_train_command(
     override: list[str] = typer.Option(
         [], "--override", "-o", help="Tracker config override for every mode (repeatable)."
     ),
+    candidate: list[str] = typer.Option(
+        [], "--set", help="Override of the default modes only, not the baseline (repeatable)."
+    ),
     json_out: JsonOption = None,
 ) -> None:
     """PPO training speed: defaults vs a fixed baseline, in-process vs 1 and 2 Ray actors,
     with each epoch's time split (same run, ratios)."""
     with library_output_to_log("bench"):
-        result = bench_train(num_envs, seconds, override)
+        result = bench_train(num_envs, seconds, override, candidate=candidate)
     console = human_console(json_out)
     for table in _tables(result):
         console.print(table)

@@ -153,16 +153,19 @@ def test_pipelined_rollout_collects_the_same_batch_as_rl_games_rollout(
     over 2 env groups (in-process groups, or 2 Ray actors) must fill the experience buffer
     exactly as rl-games' own rollout does when it steps the same groups all at once."""
     groups = (
-        ["train.env_groups=2"] if where == "in-process" else ["ray=local", "ray.actor_cpus=0.5"]
+        ["train.env_groups=2"]
+        if where == "in-process"
+        else ["ray=local", "ray.actor_cpus=0.5", "ray.pipeline=true"]
     )
     if where == "ray":
         ensure_ray()
-    batches = {}
+    batches, seen_groups = {}, {}
     play = TrackerAgent.play_steps
 
     def capture(name):
         def wrapped(self):
             batch = play(self)
+            seen_groups[name] = self.vec_env.num_groups
             batches.setdefault(name, {k: v.clone() for k, v in batch.items() if torch.is_tensor(v)})
             return batch
 
@@ -174,6 +177,7 @@ def test_pipelined_rollout_collects_the_same_batch_as_rl_games_rollout(
         train(tiny_config(tmp_path / name, clip, "train.max_epochs=1", *groups,
                           "train.network.sigma_init=1e-30", "logger.tensorboard=false",
                           "train.checkpoint.enabled=false"))  # fmt: skip
+    assert seen_groups == {"pipelined": 2, "plain": 2}
     a, b = batches["pipelined"], batches["plain"]
     assert (
         a.keys() == b.keys()

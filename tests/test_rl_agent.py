@@ -139,7 +139,8 @@ def test_resume_rejects_a_changed_config_group(tmp_path, clip):
         train(compose_config([f"resume={tmp_path / 'r'}"]), resume_overrides=["ray=local"])
 
 
-def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray_session):
+@pytest.mark.parametrize("pipeline", [False, True])
+def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray_session, pipeline):
     killed = []
 
     def kill_one(agent):
@@ -152,6 +153,7 @@ def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray
         clip,
         "ray=local",
         "ray.actor_cpus=0.5",
+        f"ray.pipeline={str(pipeline).lower()}",
         "train.max_epochs=3",
         "logger.tensorboard=false",
     )

@@ -392,6 +392,8 @@ class Engine(abc.ABC):
         self.physics_seconds = 0.0  # wall time spent in _step, for the training time breakdown
         self.wait_seconds = 0.0  # time callers spent blocked in wait() on a background step
         self._bg: _BackgroundStep | None = None  # the thread of step_async (made on first use)
+        # engines that share a lock step one at a time (e.g. env groups on few cores)
+        self.step_lock: threading.Lock | None = None
         self.character = resolve_character(character)
         self.objects = tuple(objects)
         self.layout = self._build()
@@ -472,9 +474,10 @@ class Engine(abc.ABC):
         self._timed_step()
 
     def _timed_step(self) -> None:
-        t0 = time.perf_counter()
-        self._step()
-        self.physics_seconds += time.perf_counter() - t0
+        with self.step_lock or contextlib.nullcontext():
+            t0 = time.perf_counter()
+            self._step()
+            self.physics_seconds += time.perf_counter() - t0
 
     def step_async(self, targets: torch.Tensor | None = None) -> None:
         """Start :meth:`step` on a background thread and return at once.

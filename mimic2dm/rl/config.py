@@ -151,7 +151,7 @@ class RayConfig:
     actor_cpus: float = 1.0  # CPUs reserved by each actor
     threads_per_actor: int = 1  # MuJoCo threads inside each actor
     step_timeout_s: float = 300.0  # an actor silent for this long is replaced
-    pipeline: bool = True  # the learner computes one actor's actions while the others step
+    pipeline: bool = False  # the learner computes one actor's actions while the others step
     temp_dir: str | None = (
         None  # Ray session dir (None: RUN_DIR/ray, or /tmp when that path is too long)
     )

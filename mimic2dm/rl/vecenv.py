@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -73,7 +74,14 @@ class TaskVecEnv(IVecEnv):
         groups: number of env groups (``N`` must split evenly).
     """
 
-    def __init__(self, spec: TaskSpec, num_envs: int, seed: int = 0, groups: int = 1):
+    def __init__(
+        self,
+        spec: TaskSpec,
+        num_envs: int,
+        seed: int = 0,
+        groups: int = 1,
+        serial_physics: bool = True,
+    ):
         if groups < 1 or num_envs % groups:
             raise ValueError(
                 f"train.env_groups={groups} does not split train.num_envs={num_envs} evenly"
@@ -84,6 +92,10 @@ class TaskVecEnv(IVecEnv):
             spec = spec.with_engine(num_threads=max(1, threads // groups))
         n = num_envs // groups
         self.tasks = [make_task(spec, n, seed + 1000 * g) for g in range(groups)]
+        if groups > 1 and serial_physics:  # one group's physics at a time, beside the learner
+            lock = threading.Lock()
+            for t in self.tasks:
+                t.engine.step_lock = lock
         self.task = self.tasks[0]
         self.bounds = [(g * n, (g + 1) * n) for g in range(groups)]
         self._launched = [(0.0, 0.0)] * groups  # engine time counters at each group's launch
