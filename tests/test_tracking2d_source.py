@@ -36,7 +36,7 @@ def test_object_reward_only_where_it_applies():
     with_ball = clip_task(standing_clip("humanoid", ball=True), 2, objects=("ball",))
     r = with_ball.step(torch.zeros(2, with_ball.action_dim))
     assert (
-        set(r.terms) == {"pos", "vel", "reg", "ori", "contact", "obj"}
+        set(r.terms) == {"pos", "vel", "reg", "ori", "contact", "scale", "obj"}
         and ((r.terms["obj"] >= 0) & (r.terms["obj"] <= 1)).all()
     )
     # initial states put the ball on the clip's 3D track: the 2D error starts at ~0
@@ -53,6 +53,7 @@ def test_object_reward_only_where_it_applies():
         "reg",
         "ori",
         "contact",
+        "scale",
     }
     no_ball = clip_task(standing_clip("humanoid", ball=True), 2)
     assert set(no_ball.step(torch.zeros(2, no_ball.action_dim)).terms) == {
@@ -61,6 +62,7 @@ def test_object_reward_only_where_it_applies():
         "reg",
         "ori",
         "contact",
+        "scale",
     }
 
 

@@ -56,7 +56,8 @@ def test_fake_engine_task_shapes_rewards_and_auto_reset(demo):
             "reg",
             "ori",
             "contact",
-        }  # no object: no obj term; Yu 2021 cues logged
+            "scale",
+        }  # no object: no obj term; Yu 2021 cues and the scale cue logged
         lengths += res.episode_length[res.done].tolist()
         assert (res.episode_length[~res.done] == 0).all()
         for k, v in res.causes.items():

@@ -125,7 +125,8 @@ def test_position_reward_known_answers():
     assert t["pos"][1] == pytest.approx(math.exp(-400 * 0.05**2), rel=1e-5)
     assert t["vel"].tolist() == pytest.approx([1.0, 1.0])
     assert t["reg"].tolist() == pytest.approx([1.0, 1.0])
-    assert set(t) == {"pos", "vel", "reg"}
+    assert set(t) == {"pos", "vel", "reg", "scale"}
+    assert t["scale"].tolist() == pytest.approx([1.0, 1.0])  # a shift keeps the body's size
 
 
 def test_rewards_ignore_masked_keypoints_and_resolution():
