@@ -6,6 +6,9 @@
   (``vec_env.observe_values``) right after computing them, for adaptive state
   initialisation (DESIGN 7);
 - updates the network's observation normalisers once per epoch from the rollout;
+- with a vecenv of several env groups (``train.env_groups``, or Ray actors with
+  ``ray.pipeline``) runs a pipelined rollout: one group's actions and step bookkeeping are
+  computed while the others' physics runs, filling the same buffers as rl-games' rollout;
 - writes its own checkpoints, atomically, with everything an exact resume needs: model
   and normalisers, optimiser, epoch / frame counters, learning-rate and entropy
   schedules, the envs (ASI buffers, episodes in flight, engine state), the rollout
