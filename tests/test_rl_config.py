@@ -205,3 +205,12 @@ def test_synth_recipes_label_clips_with_their_skill(tmp_path):
                                     {"file": "jump.npz", "make": {**make, "labels": {"skill": "jump"}}}]},
                          tmp_path / "run")  # fmt: skip
     assert [load_motion2d(p).labels for p in paths] == [{"skill": "hop"}, {"skill": "jump"}]
+
+
+def test_env_groups_must_divide_the_envs():
+    with pytest.raises(
+        ConfigError, match=r"train.env_groups=3: expected a divisor of train.num_envs=256"
+    ):
+        validate_config(compose_config(["train.env_groups=3"]))
+    tc, _ = validate_config(compose_config(["train.env_groups=2"]))
+    assert tc.env_groups == 2

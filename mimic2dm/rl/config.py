@@ -109,9 +109,7 @@ class TrainConfig:
     games_to_track: int = 100
     torch_threads: int = 1  # 0: rl-games' choice (min(4, cores))
     collect_threads: int = 0  # torch threads while collecting rollouts (0: torch_threads)
-    env_groups: int = (
-        1  # in-process envs in this many groups, one's physics overlapping the others' work
-    )
+    env_groups: int = 1  # in-process env groups: one's physics overlaps the others' work
     device: str = "cpu"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -134,7 +132,7 @@ class TrainConfig:
         check("train.env_groups", self.env_groups, ge=1, integer=True)
         if self.num_envs % self.env_groups:
             raise ConfigError(
-                f"train.env_groups={self.env_groups} must divide train.num_envs={self.num_envs}"
+                "train.env_groups", self.env_groups, f"a divisor of train.num_envs={self.num_envs}"
             )
         check_device("train.device", self.device)
 
