@@ -61,11 +61,17 @@ def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path,
     # a larger one continues the decay from where it was
     r = train(compose_config([f"resume={tmp_path / 'run'}"]))
     assert r["epochs"] == s["epochs"] + 1
+    spent = []
     r = train(
-        compose_config([f"resume={tmp_path / 'run'}"]), resume_overrides=["train.max_seconds=6"]
+        compose_config([f"resume={tmp_path / 'run'}"]),
+        resume_overrides=["train.max_seconds=6"],
+        epoch_callback=lambda agent: spent.append(agent.budget_checked_at),
     )
     ck2 = load_checkpoint(r["last_checkpoint"])
-    assert 6.0 <= ck2["train_seconds"] < 9.0 and r["epochs"] >= s["epochs"] + 2
+    # it stops at the first epoch that ends past the 6 s budget (not a timed bound: how long
+    # one epoch takes depends on the machine)
+    assert r["epochs"] >= s["epochs"] + 2 and len(spent) >= 2
+    assert spent[-2] < 6.0 <= spent[-1] <= ck2["train_seconds"]
 
 
 def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(

@@ -93,6 +93,7 @@ class TrackerAgent(A2CAgent):
         self._runtime: dict | None = None
         self._train_start: float | None = None
         self.train_seconds_before = 0.0  # training time of the runs this one resumes
+        self.budget_checked_at = 0.0  # train_seconds() when the last epoch checked the time budget
         if self.linear_lr and self.max_seconds > 0:
             self.scheduler = TimeLinearScheduler(self, float(params["config"]["learning_rate"]))
 
@@ -216,7 +217,8 @@ class TrackerAgent(A2CAgent):
         self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
                              "total_time": total_time, "frames": float(self.curr_frames), "start": start}  # fmt: skip
         # training time across resumes, like max_epochs: a resumed run continues the budget
-        if self.max_seconds and self.train_seconds() >= self.max_seconds:
+        self.budget_checked_at = self.train_seconds()  # what the time budget was checked against
+        if self.max_seconds and self.budget_checked_at >= self.max_seconds:
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out
 
