@@ -6,6 +6,8 @@ rl-games applies before the env sees an action, and the task's mapping to PD tar
 (``offset + scale * action``, clipped to the joint ranges as the simulator does). A JSON
 file next to it describes the observation layout and the action mapping, and the export
 is checked against the torch policy on observations recorded from a real rollout.
+Exports are float32: a network trained with ``train.network.precision=bf16`` is exported,
+and checked, with float32 hidden layers (``policy.json`` records both precisions).
 """
 
 from __future__ import annotations
@@ -268,10 +270,11 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     task = make_task(spec, num_envs, seed)
+    net = policy.model.a2c_network
+    trained_bf16, net.bf16 = net.bf16, False  # exports (and their check) are float32 throughout
     try:
         obs = record_observations(policy, task, steps)
         lo, hi = task.engine.get_dof_limits()
-        net = policy.model.a2c_network
         module = ExportedPolicy(net, task.act_offset, task.act_scale, lo, hi).eval()
         # two views per example row: torch.export specialises sizes seen as 1
         example = with_more_views(obs[:num_envs], task.prop_dim)
@@ -280,7 +283,9 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
         check = check_export(model_path, fmt, policy, task, obs)
         desc = describe(task, spec, policy, checkpoint, model_path.name, fmt)
         ref_a, ref_t = reference_outputs(policy, task, obs)
+        desc["precision"] = {"export": "fp32", "trained": "bf16" if trained_bf16 else "fp32"}
     finally:
+        net.bf16 = trained_bf16
         task.close()
     np.savez_compressed(out / "samples.npz", obs=obs.numpy(), action=ref_a, pd_target=ref_t)
     desc["check"] = {**check, "tolerance": tolerance, "passed": check["max_abs_error"] <= tolerance}

@@ -119,3 +119,21 @@ def test_export_bad_input_and_failed_check_exit_non_zero(checkpoint, tmp_path):
     res = runner.invoke(app, ["export", str(checkpoint), "--out", str(tmp_path / "neg"),
                               "--format", "torchscript", "--tolerance", "-1"])  # fmt: skip
     assert res.exit_code == 2 and "does not match torch" in res.output
+
+
+def test_a_bf16_trained_policy_exports_in_float32(checkpoint, tmp_path):
+    from mimic2dm.utils.checkpoint import atomic_torch_save, load_checkpoint
+
+    ck = load_checkpoint(checkpoint)
+    ck["meta"]["network"]["precision"] = "bf16"
+    atomic_torch_save(ck, tmp_path / "bf16.pt")
+    policy = load_policy(tmp_path / "bf16.pt")
+    assert policy.model.a2c_network.bf16
+    desc = export_policy(tmp_path / "bf16.pt", tmp_path / "out", "torchscript", num_envs=4, steps=4)
+    assert desc["precision"] == {"export": "fp32", "trained": "bf16"}
+    assert desc["check"]["passed"] and desc["check"]["max_abs_error"] <= 1e-5
+    # the export is the float32 network: bf16 inference of the same weights differs from it
+    obs = torch.from_numpy(np.load(tmp_path / "out" / "samples.npz")["obs"])
+    action, _ = load_exported(tmp_path / "out" / "policy.pt", "torchscript")(obs.numpy())
+    assert np.abs(action - policy.act(obs).numpy()).max() > 0
+    assert np.abs(action - load_policy(checkpoint).act(obs).numpy()).max() <= 1e-5

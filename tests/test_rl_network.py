@@ -96,3 +96,41 @@ def test_running_norm_matches_batch_statistics_and_is_view_free():
     net.update_normalizers(x)
     assert net.view_norm.count > 127  # both views fed one shared statistic
     assert net({"obs": obs(2, 3)})[0].shape == (2, A)
+
+
+def test_bf16_precision_runs_hidden_layers_in_bfloat16_and_keeps_float32_outputs():
+    fp32, bf16 = make(precision="fp32").a2c_network, make(precision="bf16").a2c_network
+    bf16.load_state_dict(fp32.state_dict())
+    x = obs(64, 2)
+    mu32, _, v32, _ = fp32({"obs": x})
+    mu16, _, v16, _ = bf16({"obs": x})
+    assert mu16.dtype == torch.float32 and v16.dtype == torch.float32
+    # autocast is really on (bfloat16 rounding shows) and close to the float32 network
+    assert not torch.equal(mu16, mu32) and not torch.equal(v16, v32)
+    assert torch.allclose(mu16, mu32, atol=1e-3) and torch.allclose(v16, v32, atol=2e-2)
+    (mu16.square().sum() + v16.square().sum()).backward()
+    w = bf16.actor["encoder"][0].weight
+    assert w.dtype == torch.float32 and w.grad is not None and w.grad.dtype == torch.float32
+    assert w.grad.abs().sum() > 0
+
+
+def test_precision_is_checked_and_auto_resolves_by_the_hardware(tmp_path):
+    from mimic2dm.rl.config import fast_bf16, resolve_precision
+    from mimic2dm.utils.validate import ConfigError
+
+    with pytest.raises(ConfigError, match="train.network.precision"):
+        NetworkConfig(precision="fp16")
+    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    assert resolve_precision("auto") == ("bf16" if fast_bf16() else "fp32")
+    assert network_params(NetworkConfig(precision="auto"), LAYOUT)["precision"] in ("fp32", "bf16")
+    with_bf16, without = tmp_path / "a", tmp_path / "b"
+    with_bf16.write_text("flags\t\t: fpu avx512f avx512_bf16 avx512_vnni\n")
+    without.write_text("flags\t\t: fpu avx2 avx512f\n")
+    assert fast_bf16("cpu", with_bf16) and not fast_bf16("cpu", without)
+    assert not fast_bf16("cpu", tmp_path / "missing")
+    assert resolve_precision("auto", "mps") == "fp32"
+    from mimic2dm.rl.network import ViewAggregationNetwork
+
+    params = {**network_params(NetworkConfig(), LAYOUT), "precision": "auto"}
+    with pytest.raises(ValueError, match="precision"):
+        ViewAggregationNetwork(params, actions_num=A)  # the network takes resolved values only

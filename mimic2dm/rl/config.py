@@ -32,6 +32,8 @@ ACTIVATIONS = ("relu", "tanh", "sigmoid", "elu", "selu", "swish", "gelu", "softp
 ALGO_NAME = "mimic2dm_ppo"
 NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
+PRECISIONS = ("fp32", "bf16", "auto")
+"""``train.network.precision`` choices (docs/training.md "precision")."""
 SPEC_TASK_KEYS = ("name", "control_hz", "objects")
 """Keys of the ``task`` group that go to the ``TaskSpec`` rather than to the task's config."""
 
@@ -53,6 +55,7 @@ class NetworkConfig:
     mu_init_scale: float = (
         0.01  # scale of the action layer's initial weights (start near the default pose)
     )
+    precision: str = "fp32"  # hidden layers' matmuls: fp32 | bf16 (autocast) | auto (bf16 where fast)
 
     def __post_init__(self) -> None:
         for name in ("encoder_units", "head_units"):
@@ -64,6 +67,7 @@ class NetworkConfig:
         check("train.network.sigma_init", self.sigma_init, gt=0)
         check("train.network.obs_clip", self.obs_clip, gt=0)
         check("train.network.mu_init_scale", self.mu_init_scale, ge=0)
+        check_choice("train.network.precision", self.precision, PRECISIONS)
 
 
 @dataclass
@@ -324,9 +328,38 @@ def validate_config(cfg: DictConfig) -> tuple[TrainConfig, RayConfig]:
     return tc, rc
 
 
-def network_params(net: NetworkConfig, obs_layout: dict[str, int]) -> dict:
-    """rl-games ``network`` params of :mod:`mimic2dm.rl.network`."""
-    return {"name": NETWORK_NAME, "obs_layout": dict(obs_layout), **dataclasses.asdict(net)}
+def fast_bf16(device: str = "cpu", cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices natively (faster than float32).
+
+    CUDA: ``torch.cuda.is_bf16_supported()``. CPU: the AVX512-BF16 or AMX-BF16 flag in
+    ``/proc/cpuinfo`` (oneDNN emulates bfloat16 on other CPUs, slower than float32; where
+    ``/proc/cpuinfo`` is missing, e.g. macOS, the answer is no).
+    """
+    import torch
+
+    if str(device).startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    if str(device) != "cpu":
+        return False
+    try:
+        flags = Path(cpuinfo).read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str, device: str = "cpu") -> str:
+    """``auto`` -> ``bf16`` where :func:`fast_bf16`, else ``fp32``; other values unchanged."""
+    if precision == "auto":
+        return "bf16" if fast_bf16(device) else "fp32"
+    return precision
+
+
+def network_params(net: NetworkConfig, obs_layout: dict[str, int], device: str = "cpu") -> dict:
+    """rl-games ``network`` params of :mod:`mimic2dm.rl.network` (``precision`` resolved for ``device``)."""
+    params = {"name": NETWORK_NAME, "obs_layout": dict(obs_layout), **dataclasses.asdict(net)}
+    params["precision"] = resolve_precision(net.precision, device)
+    return params
 
 
 def rl_games_params(
@@ -371,6 +404,6 @@ def rl_games_params(
         "torch_threads": tc.torch_threads or "auto",
         "algo": {"name": ALGO_NAME},
         "model": {"name": MODEL_NAME},
-        "network": network_params(tc.network, obs_layout),
+        "network": network_params(tc.network, obs_layout, tc.device),
         "config": config,
     }

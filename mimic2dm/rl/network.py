@@ -12,6 +12,12 @@ runs with two or more zero-shot. Observations are normalised inside the network 
 running statistics of the proprioception and of the views (shared by all views, so they
 too are ``V``-free); the learner updates them once per epoch
 (:meth:`ViewAggregationNetwork.update_normalizers`).
+
+With ``precision: bf16`` the hidden layers of both towers run under ``torch.autocast``
+in bfloat16 (3x faster matrix products on CPUs with AVX512-BF16 or AMX, and on GPUs); the
+normalisers, the view mean and the output layers (action mean, value) stay float32, so the
+action mean and the log-probabilities PPO compares keep float32 resolution. The weights,
+their gradients and the optimiser state are float32 either way (docs/training.md "precision").
 """
 
 from __future__ import annotations
@@ -89,6 +95,10 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
         self.prop_dim, self.view_dim = int(layout["prop"]), int(layout["view"])
         self.train_views = int(layout["views"])
         self.normalize_input = bool(params.get("normalize_input", True))
+        precision = str(params.get("precision", "fp32"))
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"network precision {precision!r}: expected 'fp32' or 'bf16'")
+        self.bf16 = precision == "bf16"
         clip = float(params.get("obs_clip", 5.0))
         self.prop_norm = RunningNorm(self.prop_dim, clip)
         self.view_norm = RunningNorm(self.view_dim, clip)
@@ -120,8 +130,12 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
         })  # fmt: skip
 
     def _features(self, tower: nn.ModuleDict, x: torch.Tensor) -> torch.Tensor:
-        """``x [B, V, prop + view]`` -> head features ``[B, H]`` (mean over views)."""
-        return tower["head"](tower["encoder"](x).mean(dim=1))
+        """``x [B, V, prop + view]`` -> head features ``[B, H]`` (mean over views), float32."""
+        if not self.bf16:
+            return tower["head"](tower["encoder"](x).mean(dim=1))
+        with torch.autocast(x.device.type, dtype=torch.bfloat16):
+            h = tower["head"](tower["encoder"](x).float().mean(dim=1))
+        return h.float()
 
     def normalized_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs [B, prop + V * view]`` -> per-view inputs ``[B, V, prop + view]``."""
