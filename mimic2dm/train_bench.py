@@ -8,7 +8,7 @@ timed:
 
 - ``baseline``: in-process, with :data:`BASELINE` on top of the config (64 envs,
   minibatch 512, 4 mini-epochs, 1 torch thread, 60 Hz physics, 1 MuJoCo thread, one env
-  group: no overlap of physics and the learner);
+  group: no overlap of physics and the learner; float32 network);
 - ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults.
 
 Extra overrides (``-o``) and ``--num-envs`` apply to every mode, the baseline included,
@@ -29,6 +29,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from mimic2dm.rl.config import resolve_precision
 from mimic2dm.rl.observer import BREAKDOWN
 from mimic2dm.utils.reporting import (
     JsonOption,
@@ -40,6 +41,7 @@ from mimic2dm.utils.reporting import (
 BASELINE = (
     "train.num_envs=64", "train.minibatch_size=512", "train.mini_epochs=4", "train.torch_threads=1",
     "engine.physics_hz=60", "engine.num_threads=1", "train.env_groups=1",
+    "train.network.precision=fp32",
 )  # fmt: skip
 """The fixed baseline every run is compared with (overrides of the tracker config)."""
 
@@ -57,6 +59,7 @@ SETTINGS = {
     "torch_threads": "train.torch_threads", "physics_hz": "engine.physics_hz",
     "control_hz": "engine.control_hz", "engine_threads": "engine.num_threads",
     "env_groups": "train.env_groups", "ray_pipeline": "ray.pipeline",
+    "precision": "train.network.precision",
 }  # fmt: skip
 """What the tables and the JSON report of each mode's config (name -> config key)."""
 
@@ -106,6 +109,7 @@ def _measure(run_dir: Path, group: str, actors: int, seconds: float, overrides: 
         base += [f"ray.num_actors={actors}", "ray.actor_cpus=0.5"]
     cfg = compose_config(base + overrides)
     settings = {k: OmegaConf.select(cfg, key) for k, key in SETTINGS.items()}
+    settings["precision"] = resolve_precision(str(settings["precision"]), str(cfg.train.device))
     settings["ray_actors"] = actors
     return {"settings": settings, **summarize(train(cfg)["history"])}
 

@@ -91,7 +91,7 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
     overrides = [o for o in TINY if not o.startswith(("train.num_envs", "train.minibatch_size"))]
     overrides += ["data.clips.0.make.seconds=1.5"]
     r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path,
-                    candidate=["train.horizon_length=4"])  # fmt: skip
+                    candidate=["train.horizon_length=4", "train.network.precision=bf16"])  # fmt: skip
     names = ["baseline", "in-process", "ray, 1 actor", "ray, 2 actors"]
     assert list(r["modes"]) == names
     assert set(r["ratios"]["vs_baseline"]) == set(r["ratios"]["vs_in_process"]) == set(names)
@@ -105,6 +105,8 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
     # --set reaches the default modes only
     assert base["horizon_length"] == 8 and base["env_groups"] == 1  # TINY's horizon
     assert all(r["modes"][n]["settings"]["horizon_length"] == 4 for n in names[1:])
+    assert base["precision"] == "fp32"
+    assert all(r["modes"][n]["settings"]["precision"] == "bf16" for n in names[1:])
     assert default["minibatch_size"] == compose_config([]).train.minibatch_size
     assert default["physics_hz"] == compose_config([]).engine.physics_hz
     for name, m in r["modes"].items():
