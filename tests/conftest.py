@@ -37,3 +37,18 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(prev)
+
+
+@pytest.fixture(autouse=True)
+def _drop_log_handlers_added_by_the_test():
+    """Remove root-logger handlers a test added (an in-process Hydra app installs a stream
+    handler on pytest's capture stream; once that stream closes, later log calls print
+    "--- Logging error ---")."""
+    import logging
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    yield
+    for h in list(root.handlers):
+        if h not in before:
+            root.removeHandler(h)

@@ -22,8 +22,9 @@ def checkpoint(tmp_path_factory, one_torch_thread):
 
     root = tmp_path_factory.mktemp("export")
     clip = write_demo(root / "clip.npz", seconds=1.5)
+    # float32 network: the torch policy the exports are compared with (bf16 below)
     train(tiny_config(root / "run", clip, "train.max_epochs=2", "logger.video_every=0",
-                      "logger.tensorboard=false"))  # fmt: skip
+                      "logger.tensorboard=false", "train.network.precision=fp32"))  # fmt: skip
     return root / "run" / "checkpoints" / "last.pt"
 
 
