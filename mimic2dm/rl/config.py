@@ -33,7 +33,7 @@ ALGO_NAME = "mimic2dm_ppo"
 NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
 PRECISIONS = ("fp32", "bf16", "auto")
-"""``train.network.precision`` choices (docs/training.md "precision")."""
+"""``train.network.precision`` choices (docs/training.md "Network", precision)."""
 SPEC_TASK_KEYS = ("name", "control_hz", "objects")
 """Keys of the ``task`` group that go to the ``TaskSpec`` rather than to the task's config."""
 

@@ -17,7 +17,7 @@ With ``precision: bf16`` the hidden layers of both towers run under ``torch.auto
 in bfloat16 (3x faster matrix products on CPUs with AVX512-BF16 or AMX, and on GPUs); the
 normalisers, the view mean and the output layers (action mean, value) stay float32, so the
 action mean and the log-probabilities PPO compares keep float32 resolution. The weights,
-their gradients and the optimiser state are float32 either way (docs/training.md "precision").
+their gradients and the optimiser state are float32 either way (docs/training.md "Network", precision).
 """
 
 from __future__ import annotations
