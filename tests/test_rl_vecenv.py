@@ -129,3 +129,40 @@ def test_ray_vecenv_shapes_auto_reset_values_state_and_dead_actor(clip, ray_sess
         obs, rew, dones, infos = env.step(torch.zeros(8, A))
         assert infos["actor_restarts"] == 0 and torch.isfinite(obs).all()
     env.close()
+
+
+class _LosesResults:
+    """Real Ray, except that ``get`` of the next ``n`` results raises the error Ray raises when
+    the node holding a finished actor's result dies before the driver fetched it."""
+
+    def __init__(self, n: int):
+        self.n, self.exceptions = n, ray.exceptions
+
+    def __getattr__(self, name):
+        return getattr(ray, name)
+
+    def get(self, ref, **kw):
+        out = ray.get(ref, **kw)  # the actor did answer; its result is then lost
+        if self.n > 0 and not isinstance(ref, list):
+            self.n -= 1
+            raise ray.exceptions.ObjectReconstructionFailedError(ref.hex(), None, "")
+        return out
+
+
+def test_ray_vecenv_result_lost_with_its_node_counts_as_a_dead_actor(clip, ray_session):
+    rc = RayConfig(enabled=True, num_actors=2, actor_cpus=0.5)
+    env = make_vecenv(spec_for(clip, max_episode_steps=5), 8, seed=0, rc=rc)
+    A = env.get_env_info()["action_space"].shape[0]
+    env.reset()
+    first = env.get_env_state()
+    env.ray = _LosesResults(1)  # the checkpoint's get_state answer of actor 0 is lost
+    snap = env.get_env_state()
+    assert env.ray.n == 0 and len(snap["tasks"]) == 2
+    assert states_equal(snap["tasks"][0], first["tasks"][0])  # its last snapshot stands in
+    env.ray.n = 1  # a step's result is lost: that actor is replaced, training goes on
+    old = env.actors[0]
+    obs, rew, dones, infos = env.step(torch.zeros(8, A))
+    assert infos["actor_restarts"] == 1 and env.actors[0] is not old and dones[:4].all()
+    obs, rew, dones, infos = env.step(torch.zeros(8, A))
+    assert infos["actor_restarts"] == 0 and torch.isfinite(obs).all()
+    env.close()

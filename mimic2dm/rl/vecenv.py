@@ -386,11 +386,20 @@ class RayVecEnv(IVecEnv):
             infos,
         )
 
+    @property
+    def _lost(self) -> tuple[type[Exception], ...]:
+        """Errors that mean an actor's answer is gone: the actor died, it did not answer in
+        ``step_timeout_s``, or its result object was lost with its node (a node killed between
+        the actor's reply and this process's ``get`` raises ``ObjectReconstructionFailedError``,
+        an ``ObjectLostError``, not ``RayActorError``)."""
+        ex = self.ray.exceptions
+        return (ex.RayActorError, ex.GetTimeoutError, ex.ObjectLostError)
+
     def _get(self, i: int, ref) -> tuple[tuple, int]:
         """Actor ``i``'s step result, or a replacement actor's fresh start (and 1) if it died."""
         try:
             return self.ray.get(ref, timeout=self.rc.step_timeout_s), 0
-        except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
+        except self._lost as err:
             return self._replace(i, err), 1
 
     def step(self, actions: torch.Tensor):
@@ -459,7 +468,7 @@ class RayVecEnv(IVecEnv):
         for i, ref in enumerate(refs):
             try:
                 out.append(self.ray.get(ref, timeout=self.rc.step_timeout_s))
-            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as err:
+            except self._lost as err:
                 log.warning(
                     "Ray env actor %d did not answer %s (%s); it is replaced at the next step",
                     i,
