@@ -184,3 +184,70 @@ def test_a_short_training_run_starts_from_the_reference_poses(clips, tmp_path):
     assert f.numel() > 0
     assert torch.allclose(seen["states"]["dof_pos"][f, s], fit["dof_pos"][f], atol=1e-5)
     assert torch.allclose(seen["states"]["root_pos"][f, s], fit["root_pos"][f], atol=1e-5)
+
+
+def test_lowest_point_of_the_geometry_follows_the_pose():
+    from mimic2dm.characters.retarget import lowest_points
+
+    spec = load_character("humanoid")
+    pose = spec.default_pose
+    pos = torch.tensor(np.array([pose.root_pos, pose.root_pos]), dtype=torch.float64)
+    pos[1, 2] += 0.1
+    quat = torch.tensor(np.array([pose.root_quat] * 2), dtype=torch.float64)
+    dof = torch.tensor(np.array([pose.dof_pos] * 2), dtype=torch.float64)
+    low = lowest_points(spec, pos, quat, dof)
+    assert abs(low[0]) < 0.03, low  # standing: the soles are at the ground
+    assert low[1] - low[0] == pytest.approx(0.1, abs=1e-9)  # rigid lift
+    # a foot pitched toe-down puts its box's front corner lower than the flat sole
+    j = [i for i, name in enumerate(spec.dof_names) if "ankle" in name or "foot" in name]
+    assert j, "no foot joint found"
+    pitched = dof[:1].clone()
+    pitched[0, j] = 0.6
+    pitched2 = dof[:1].clone()
+    pitched2[0, j] = -0.6
+    tilted = min(lowest_points(spec, pos[:1], quat[:1], pitched)[0],
+                 lowest_points(spec, pos[:1], quat[:1], pitched2)[0])  # fmt: skip
+    assert tilted < low[0] - 0.01
+    with pytest.raises(ValueError, match="joints"):
+        lowest_points(spec, pos, quat, dof[:, :-1])
+
+
+def test_grounded_initial_states_of_a_real_clip_start_on_the_ground(clips):
+    from mimic2dm.tasks.tracking2d.initial import ground_states
+
+    from mimic2dm.characters.retarget import lowest_points
+
+    spec = load_character("humanoid")
+    lib = _library(clips["humanoid"])
+    template = build_engine(
+        TaskSpec("tracking2d", "humanoid", data=(str(clips["humanoid"]),)), 1
+    ).default_state(1)
+    st = initial_states(lib, template, spec)
+    low = lowest_points(spec, st.root_pos, st.root_rot, st.dof_pos)
+    # IK leaves the foot's pitch free (COCO-17 has no toes): fitted walk poses reach deep
+    assert low.min() < -0.03, low.min()
+    g, lift = ground_states(st, spec)
+    low2 = lowest_points(spec, g.root_pos, g.root_rot, g.dof_pos)
+    assert low2.min() > -1e-5 and np.allclose(low2[low < 0], 0.0, atol=1e-5)
+    assert torch.equal(lift > 0, torch.from_numpy(low < 0))
+    assert torch.allclose(g.root_pos[:, 2] - st.root_pos[:, 2], lift)
+    assert torch.equal(g.root_pos[:, :2], st.root_pos[:, :2]) and torch.equal(g.dof_pos, st.dof_pos)
+    assert float(st.root_pos[:, 2].sub(g.root_pos[:, 2]).abs().max()) > 0  # the input is untouched
+
+
+def test_the_task_grounds_its_first_fill_when_asked(clips):
+    from mimic2dm.tasks.registry import make_task
+
+    from mimic2dm.characters.retarget import lowest_points
+
+    path = clips["humanoid"]
+    fps = load_motion2d(path).fps
+    low = {}
+    for ground in (False, True):
+        spec = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
+                        config={"initial_state": "auto", "initial_ground": ground})  # fmt: skip
+        task = make_task(spec, 4, seed=0)
+        s = task.asi.sample_states(torch.arange(task.asi.num_frames - 1), task.gen)
+        low[ground] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
+        task.close()
+    assert low[False].min() < -0.03 and low[True].min() > -1e-5

@@ -286,3 +286,54 @@ def kinematic_replay(spec: CharacterSpec | str, qpos) -> np.ndarray:
         mujoco.mj_kinematics(model, data)
         out[t] = data.site_xpos[site_ids]
     return out
+
+
+def lowest_points(spec: CharacterSpec | str, root_pos, root_quat, dof_pos) -> np.ndarray:
+    """Height ``[T]`` of the lowest point of the character's collision geometry per pose
+    (``mj_kinematics``; boxes by their corners, spheres, capsules and cylinders exactly).
+
+    Args:
+        spec: the character (name or spec).
+        root_pos: ``[T, 3]``; root_quat: ``[T, 4]`` xyzw; dof_pos: ``[T, J]`` (the
+            character's joint order).
+
+    Returns:
+        metres above the ground plane ``z = 0`` (negative: the pose is in the ground).
+    """
+    import mujoco
+
+    from mimic2dm.characters.scene import build_model
+
+    spec = load_character(spec) if isinstance(spec, str) else spec
+    arr = lambda x: np.asarray(x.detach().cpu() if isinstance(x, torch.Tensor) else x, np.float64)  # noqa: E731
+    pos, quat, dof = arr(root_pos), arr(root_quat), arr(dof_pos)
+    qpos = np.concatenate([pos, quat[:, 3:4], quat[:, :3], dof], axis=1)  # MuJoCo: wxyz
+    model = build_model(spec, with_sensors=False)
+    if qpos.shape[1] != model.nq:
+        raise ValueError(
+            f"poses must have {model.nq - 7} joints for {spec.name}, got {dof.shape[1]}"
+        )
+    geoms = [g for g in range(model.ngeom) if model.geom_bodyid[g] != 0]  # not the floor
+    G = mujoco.mjtGeom
+    data = mujoco.MjData(model)
+    out = np.empty(qpos.shape[0])
+    for t, q in enumerate(qpos):
+        data.qpos[:] = q
+        mujoco.mj_kinematics(model, data)
+        low = np.inf
+        for g in geoms:
+            kind, size, z = model.geom_type[g], model.geom_size[g], data.geom_xpos[g, 2]
+            up = data.geom_xmat[g].reshape(3, 3)[2]  # the world z row: each local axis's z
+            if kind == G.mjGEOM_SPHERE:
+                z = z - size[0]
+            elif kind == G.mjGEOM_CAPSULE:
+                z = z - abs(up[2]) * size[1] - size[0]
+            elif kind == G.mjGEOM_CYLINDER:
+                z = z - abs(up[2]) * size[1] - size[0] * np.sqrt(max(0.0, 1.0 - up[2] ** 2))
+            elif kind == G.mjGEOM_BOX:
+                z = z - np.abs(up) @ size[:3]
+            else:  # meshes, ellipsoids: their bounding sphere
+                z = z - model.geom_rbound[g]
+            low = min(low, z)
+        out[t] = low
+    return out

@@ -35,6 +35,8 @@ class TrackingConfig:
         initial_state: first fill of the ASI buffers (and evaluation's start): ``auto``
             (a clip's preprocessed states, else its 3D pose fitted by IK when it has 3D
             keypoints, else the default pose) or ``default_pose`` (``initial.py``).
+        initial_ground: lift those states whose collision geometry starts in the ground
+            until it touches it (``initial.ground_states``).
     """
 
     num_future: int = 2
@@ -51,6 +53,7 @@ class TrackingConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
     initial_state: str = "default_pose"
+    initial_ground: bool = False
 
     def __post_init__(self) -> None:
         from mimic2dm.geometry.virtual import CAMERA_MODES

@@ -13,6 +13,12 @@ Per clip, the first source that applies (``task.initial_state=auto``):
 
 ``task.initial_state=default_pose`` forces the last. ASI then replaces these states with
 ones the critic rates.
+
+With ``task.initial_ground=true`` (:func:`ground_states`) every state whose collision
+geometry reaches into the ground is lifted until its lowest point touches it. Fitted 3D
+poses need it: COCO-17 has no toe keypoint, so IK leaves the foot's pitch free and a
+box foot's corner can start up to 12 cm deep in the ground (shared CMU clips), which the
+first physics step answers with a jump.
 """
 
 from __future__ import annotations
@@ -223,3 +229,16 @@ def _place_object(library: ReferenceLibrary, out: SimState) -> None:
             r = p[:, 2:3].clamp_min(1e-2)
             spin = torch.stack([-v[:, 1], v[:, 0], torch.zeros_like(v[:, 0])], dim=-1) / r
             out.object_ang_vel[sl, 0] = spin
+
+
+def ground_states(states: SimState, spec) -> tuple[SimState, torch.Tensor]:
+    """``states`` with each root lifted so that no collision geometry starts below the
+    ground (states above it are unchanged); returns them and the lift per state ``[F]`` (m).
+    """
+    from mimic2dm.characters.retarget import lowest_points
+
+    low = lowest_points(spec, states.root_pos, states.root_rot, states.dof_pos)
+    lift = torch.from_numpy(low).to(states.root_pos).neg().clamp_min(0.0)
+    out = states.clone()
+    out.root_pos[:, 2] += lift
+    return out, lift

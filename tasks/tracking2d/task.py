@@ -13,6 +13,8 @@ never indexes clip arrays itself.
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from mimic2dm.tasks.base import ASITask, StepResult
 from mimic2dm.tasks.tracking2d import observations as O
@@ -25,6 +27,8 @@ from mimic2dm.tasks.tracking2d.source import ReferenceSource
 from mimic2dm.engines.base import Engine, SimState
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import MIN_DEPTH, project_points
+
+log = logging.getLogger(__name__)
 
 CAUSES = ("reprojection", "fall", "nonfinite", "timeout")
 
@@ -71,6 +75,12 @@ class Tracking2DTask(ASITask):
         self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
         if init is None:
             init = source.initial_states(engine.default_state(1), spec, cfg.initial_state)
+            if cfg.initial_ground:
+                from mimic2dm.tasks.tracking2d.initial import ground_states
+
+                init, lift = ground_states(init, spec)
+                log.info("initial states: %d of %d lifted out of the ground (up to %.3f m)",
+                         int((lift > 0).sum()), lift.numel(), float(lift.max()) if lift.numel() else 0.0)  # fmt: skip
         self.asi = StateBuffers(init, source.valid_starts(), cfg.asi)
         # the ASI slot each episode started from (-1: none), rescored by the critic
         self.start_slot = torch.full((self.N,), -1, dtype=torch.long, device=dev)
