@@ -168,3 +168,51 @@ def test_per_character_facts_come_from_the_spec(name):
     assert subject_of(name) == (spec.keypoint_set, spec.detector_class)
     assert spec.detector_class in ("person", "dog") and spec.pose_model
     assert spec.keypoint_names == load_keypoint_set(spec.keypoint_set).names
+
+
+@pytest.mark.parametrize(
+    ("clip", "character", "lift_range"),
+    [("cmu_walk", "humanoid", (0.045, 0.06)), ("cmu_hop", "humanoid", (0.0, 0.01)),
+     ("dog_trot", "dog", (0.01, 0.04))],
+)  # fmt: skip
+def test_ground_keypoints_lifts_mocap_onto_the_characters_own_feet(clip, character, lift_range):
+    """The shared CMU walk puts the ankle at 0 m, 5 cm under the humanoid's flat-foot ankle; the
+    hop is already (almost) grounded; the dog's paws are 1-4 cm under. After the lift the lowest
+    foot keypoint sits exactly at its standing height, and only z moved."""
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.characters.feet import character_feet, ground_keypoints
+
+    path = MOCAP / f"{clip}.npz"
+    if not path.exists():
+        pytest.skip(f"mocap data absent: {path}")
+    kp = load_mocap_keypoints(path).keypoints
+    out, lift = ground_keypoints(kp, character)
+    assert lift_range[0] <= lift <= lift_range[1], lift
+    assert out.dtype == np.float32 and out.shape == kp.shape
+    np.testing.assert_allclose(out[..., :2], kp[..., :2], atol=1e-6)
+    np.testing.assert_allclose(out[..., 2] - kp[..., 2], lift, atol=1e-5)
+    idx, ground = character_feet(load_character(character))
+    assert (out[:, idx, 2] >= ground.numpy()[None] - 1e-5).all()
+    assert np.isclose((out[:, idx, 2] - ground.numpy()[None]).min(), 0.0, atol=1e-5)
+    again, lift2 = ground_keypoints(out, character)  # already grounded: nothing moves
+    assert lift2 < 1e-5 and np.allclose(again, out, atol=1e-5)
+
+
+def test_ground_keypoints_never_lowers_and_rejects_bad_input():
+    from mimic2dm.characters.feet import character_feet, ground_keypoints
+
+    idx, ground = character_feet(load_character("humanoid"))
+    kp = np.zeros((4, 17, 3), np.float32)
+    kp[:, :, 2] = 1.0  # everything high above the floor: left where it is
+    out, lift = ground_keypoints(kp, "humanoid")
+    assert lift == 0.0 and np.array_equal(out, kp)
+    kp[2, idx[0], 2] = -0.10  # one ankle 10 cm in the floor on one frame: that frame decides
+    kp[1, idx[1], 2] = np.nan  # a missing keypoint is ignored
+    out, lift = ground_keypoints(kp, "humanoid")
+    assert np.isclose(lift, float(ground[0]) + 0.10, atol=1e-6)
+    with pytest.raises(ValueError, match=r"keypoints: expected \[T, 17, 3\].*got \[4, 15, 3\]"):
+        ground_keypoints(np.zeros((4, 15, 3)), "humanoid")
+    nofeet = np.zeros((4, 17, 3))
+    nofeet[:, idx, :] = np.nan
+    with pytest.raises(ValueError, match="no foot keypoint"):
+        ground_keypoints(nofeet, "humanoid")

@@ -105,6 +105,28 @@ def test_synth_dog_trot_resampled_with_labels(tmp_path: Path):
 
 
 @needs_mocap
+def test_synth_ground_lifts_the_motion_onto_the_characters_feet(tmp_path: Path):
+    """``--ground`` lifts the whole 3D motion by one constant (recorded in meta) before the
+    projection, so the stored GT has its lowest ankle at the humanoid's flat-foot height."""
+    from mimic2dm.characters import mocap
+    from mimic2dm.characters.feet import character_feet
+    from mimic2dm.characters.registry import load_character
+
+    res, out = synth(tmp_path, "cmu_run.npz", "humanoid", "--ground")
+    assert res.exit_code == 0, res.output
+    m = load_motion2d(out)
+    gt = mocap.human_keypoints(mocap.load_cmu_clip(MOCAP / "cmu_run.npz")).numpy()
+    lift = m.meta["ground_lift_m"]
+    assert 0.045 < lift < 0.06  # the shared run's ankle reaches 0 m; the humanoid's is at 0.052
+    np.testing.assert_allclose(m.keypoints3d, gt + np.array([0, 0, lift], np.float32), atol=1e-5)
+    idx, ground = character_feet(load_character("humanoid"))
+    assert np.isclose((m.keypoints3d[:, idx, 2] - ground.numpy()).min(), 0.0, atol=1e-5)
+    assert_reprojects(m)
+    res, plain = synth(tmp_path, "cmu_run.npz", "humanoid", name="plain.npz")
+    assert "ground_lift_m" not in load_motion2d(plain).meta
+
+
+@needs_mocap
 def test_synth_noise_and_drops(tmp_path: Path):
     clean = load_motion2d(
         synth(tmp_path, "cmu_walk.npz", "humanoid", "--seed", "1", name="a.npz")[1]

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mimic2dm.tasks.base import TaskSpec
 from omegaconf import OmegaConf
@@ -205,6 +206,33 @@ def test_synth_recipes_label_clips_with_their_skill(tmp_path):
                                     {"file": "jump.npz", "make": {**make, "labels": {"skill": "jump"}}}]},
                          tmp_path / "run")  # fmt: skip
     assert [load_motion2d(p).labels for p in paths] == [{"skill": "hop"}, {"skill": "jump"}]
+
+
+def test_synth_recipe_ground_lifts_the_clip(tmp_path):
+    """``ground: true`` in a synth recipe lifts the 3D motion before projecting it (meta
+    ``ground_lift_m``); without it the clip is the mocap as it is."""
+    from generator_helpers import HAVE_MOCAP, MOCAP
+
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.rl.data import prepare_data
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"mocap clips not found in {MOCAP}")
+    make = {"kind": "synth", "mocap": str(MOCAP / "cmu_walk.npz"), "views": 1, "fps": 30.0}
+    plain, grounded = (load_motion2d(p) for p in prepare_data(
+        {"clips": [{"file": "a.npz", "make": make}, {"file": "b.npz", "make": {**make, "ground": True}}]},
+        tmp_path / "run"))  # fmt: skip
+    lift = grounded.meta["ground_lift_m"]
+    assert "ground_lift_m" not in plain.meta and 0.045 < lift < 0.06
+    np.testing.assert_allclose(
+        grounded.keypoints3d[..., 2], plain.keypoints3d[..., 2] + lift, atol=1e-5
+    )
+    # the virtual camera frames the motion, so it rises with it: the 2D keypoints stay where
+    # they were and the floor moves down in the image by the lift
+    centre = lambda m: -np.einsum("vfji,vfj->vfi", m.camera_R, m.camera_t)  # noqa: E731
+    np.testing.assert_allclose(centre(grounded)[..., 2], centre(plain)[..., 2] + lift, atol=1e-4)
+    np.testing.assert_allclose(grounded.camera_R, plain.camera_R, atol=1e-6)
+    np.testing.assert_allclose(grounded.keypoints, plain.keypoints, atol=0.01)
 
 
 def test_env_groups_must_divide_the_envs():

@@ -95,11 +95,20 @@ def synth(
     seconds: Annotated[
         float | None, typer.Option(help="Loop the clip's gait cycle until it lasts T seconds.")
     ] = None,
+    ground: Annotated[
+        bool,
+        typer.Option(
+            help="First lift the 3D motion so that no foot keypoint is lower than the "
+            "character's own flat foot puts it (the lift goes into the clip's meta)."
+        ),
+    ] = False,
 ) -> None:
     """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras).
 
     With ``--loops`` or ``--seconds`` the clip's gait cycle is repeated first, each loop
-    starting where the previous one ended (heading included), seams blended.
+    starting where the previous one ended (heading included), seams blended. With
+    ``--ground`` the motion is first lifted by the smallest constant height that keeps every
+    foot keypoint at or above its height in the character's standing pose.
     """
     from mimic2dm.characters.clips import load_mocap_keypoints
     from mimic2dm.geometry.virtual import CAMERA_MODES
@@ -132,6 +141,14 @@ def synth(
         raise typer.Exit(1)
     kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
     meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
+    if ground:
+        from mimic2dm.characters.feet import ground_keypoints
+
+        try:
+            kp, meta["ground_lift_m"] = ground_keypoints(kp, character)
+        except ValueError as e:
+            _error(f"{mocap}: {e}")
+            raise typer.Exit(1) from None
     if loops is not None or seconds is not None:
         from mimic2dm.motion.looping import loop_keypoints
 

@@ -6,9 +6,11 @@ recipe, the file is written first:
 
 - ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
   (:func:`mimic2dm.characters.demo_clip.make_demo_clip`);
-- ``{kind: synth, mocap, views, camera, seed, fps[, loops | seconds]}``: a 3D mocap clip
-  (its gait cycle looped ``loops`` times or to ``seconds``) projected through virtual
-  cameras (what ``mimic2dm data synth`` does);
+- ``{kind: synth, mocap, views, camera, seed, fps[, loops | seconds][, ground]}``: a 3D mocap
+  clip (its gait cycle looped ``loops`` times or to ``seconds``; with ``ground: true`` first
+  lifted so that its feet are not below the character's own,
+  :func:`mimic2dm.characters.feet.ground_keypoints`) projected through virtual cameras (what
+  ``mimic2dm data synth`` does);
 - ``{kind: dribble, mocap, views, camera, seed, seconds}``: a synthetic dribble (a looped
   run or walk with a simulated ball; what ``mimic2dm data dribble`` does);
 - ``{kind: aist, anno_dir, split, one_random_view, seed}``: a folder ``file`` with one
@@ -51,6 +53,12 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
     clip = load_mocap_keypoints(src)
     kp, rate = clip.keypoints, clip.fps
     obj = clip.object3d
+    meta = {"source": str(src), "character": clip.character, "source_fps": clip.fps}
+    if recipe.get("ground"):
+        from mimic2dm.characters.feet import ground_keypoints
+
+        kp, meta["ground_lift_m"] = ground_keypoints(kp, clip.character)
+        log.info("%s: lifted by %.3f m so that its feet are not below the %s's", src.name, meta["ground_lift_m"], clip.character)  # fmt: skip
     if recipe.get("loops") or recipe.get("seconds"):  # repeat the gait cycle (motion/looping.py)
         from mimic2dm.motion.looping import loop_keypoints
 
@@ -59,7 +67,7 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
         kp, obj, rate = resample(kp, clip.fps, float(recipe["fps"])), None if obj is None else resample(obj, clip.fps, float(recipe["fps"])), float(recipe["fps"])  # fmt: skip
     m = synthesize_views(kp, clip.keypoint_set, rate, num_views=int(recipe.get("views", 1)),
                          camera=str(recipe.get("camera", "static")), seed=int(recipe.get("seed", 0)),
-                         object3d=obj, meta={"source": str(src), "character": clip.character, "source_fps": clip.fps},
+                         object3d=obj, meta=meta,
                          labels=dict(recipe.get("labels") or {"skill": clip_skill(src.stem)}))  # fmt: skip
     save_motion2d(m, out)
 
