@@ -55,7 +55,9 @@ class NetworkConfig:
     mu_init_scale: float = (
         0.01  # scale of the action layer's initial weights (start near the default pose)
     )
-    precision: str = "auto"  # hidden layers' matmuls: fp32 | bf16 (autocast) | auto (bf16 where fast)
+    precision: str = (
+        "auto"  # hidden layers' matmuls: fp32 | bf16 (autocast) | auto (bf16 where fast)
+    )
 
     def __post_init__(self) -> None:
         for name in ("encoder_units", "head_units"):
