@@ -121,6 +121,28 @@ def test_failure_prioritised_start_frames():
     assert buf.frame_weights()[2] == 0.0
 
 
+def test_failure_lead_spreads_each_failure_over_the_frames_before_it_within_its_clip():
+    # two clips of 4 and 5 frames: the last frame of each has no future (not a start)
+    valid = torch.tensor([1, 1, 1, 0, 1, 1, 1, 1, 0], dtype=torch.bool)
+    cfg = ASIConfig(capacity=2, start_sampling="failure", failure_mix=1.0, failure_lead=2)
+    buf = StateBuffers(toy_states(9), valid, cfg)
+    counts = torch.zeros(9)
+    counts[2], counts[5], counts[7] = 3.0, 2.0, 6.0
+    spread = buf.spread_failures(counts)
+    # frame 2 -> 0, 1, 2; frame 5 (second frame of clip 2) -> 4, 5 only, never into clip 1;
+    # frame 7 -> 5, 6, 7
+    assert spread.tolist() == pytest.approx([1, 1, 1, 0, 1, 1 + 2, 2, 2, 0])
+    assert spread.sum() == pytest.approx(counts.sum())  # nothing lost or invented
+    buf.failure_counts = counts
+    w = buf.frame_weights()
+    assert w[3] == 0 and w[8] == 0 and w[4] > 0  # clip ends never start an episode
+    assert torch.equal(
+        StateBuffers(toy_states(9), valid, ASIConfig(capacity=2)).spread_failures(counts), counts
+    )
+    with pytest.raises(ValueError, match="failure_lead"):
+        ASIConfig(failure_lead=-1)
+
+
 def test_state_dict_round_trip_and_older_checkpoints():
     buf = buffers(F=3, M=2, start_sampling="inverse_count", iteration_steps=3)
     fill(buf, 1, torch.tensor([2.0, 3.0]))

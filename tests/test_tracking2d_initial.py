@@ -251,3 +251,76 @@ def test_the_task_grounds_its_first_fill_when_asked(clips):
         low[ground] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
         task.close()
     assert low[False].min() < -0.03 and low[True].min() > -1e-5
+
+
+def test_level_feet_turns_fitted_feet_flat_without_moving_a_keypoint(clips):
+    from mimic2dm.characters.retarget import level_feet, levelable_feet, lowest_points
+    from mimic2dm.geometry.rotations import quat_rotate
+
+    spec = load_character("humanoid")
+    assert levelable_feet(spec) == ["right_foot", "left_foot"]
+    assert levelable_feet(load_character("dog")) == []  # paws carry no joint
+    lib = _library(clips["humanoid"])
+    kp3d = lib.clips[0].keypoints3d
+    free = fit_reference_poses(kp3d, spec, lib.control_hz)
+    flat = fit_reference_poses(kp3d, spec, lib.control_hz, level_feet=True)
+    assert torch.equal(free["root_pos"], flat["root_pos"])  # only the ankles change
+    ankles = [i for i, n in enumerate(spec.dof_names) if "ankle" in n]
+    others = [i for i in range(len(spec.dof_names)) if i not in ankles]
+    assert torch.equal(free["dof_pos"][:, others], flat["dof_pos"][:, others])
+    assert float((free["dof_pos"][:, ankles] - flat["dof_pos"][:, ankles]).abs().max()) > 0.2
+
+    def frames(st):
+        return spec.tree.fk(
+            st["root_pos"].double(), st["root_quat"].double(), st["dof_pos"].double()
+        )
+
+    def keypoints(st):
+        return spec.tree.keypoints(spec.site_offsets, st["root_pos"].double(),
+                                   st["root_quat"].double(), st["dof_pos"].double())  # fmt: skip
+
+    assert torch.allclose(keypoints(free), keypoints(flat), atol=1e-5)
+    _, rot = frames(flat)
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+    for name in ("right_foot", "left_foot"):
+        b = spec.tree.body_names.index(name)
+        z = quat_rotate(rot[:, b], up.expand(rot.shape[0], 3))
+        tilt = torch.rad2deg(torch.acos(z[:, 2].clamp(-1, 1)))
+        assert float(tilt.max()) < 1.0, name  # this walk's shins stay within the ankle limits
+    # ankle velocities are the finite differences of the flat angles
+    fd = torch.gradient(flat["dof_pos"][:, ankles].double(), spacing=1 / lib.control_hz, dim=0)[0]
+    assert torch.allclose(flat["dof_vel"][:, ankles].double(), fd, atol=1e-3)
+    # a tilted foot starts with its toe or heel in the ground; a flat one cannot go deeper
+    # than its sole
+    low_free = lowest_points(spec, free["root_pos"], free["root_quat"], free["dof_pos"])
+    low_flat = lowest_points(spec, flat["root_pos"], flat["root_quat"], flat["dof_pos"])
+    assert low_free.min() < low_flat.min() - 0.02
+    # a shin tilted past the ankle's range: the angles stop at the limits
+    q = torch.zeros(1, 7 + len(spec.dof_names), dtype=torch.float64)
+    q[0, 2], q[0, 3] = 1.0, 1.0  # upright root, wxyz
+    knee = spec.dof_names.index("right_knee_y")
+    q[0, 7 + knee] = 2.5  # knee bent 143 deg: the shin points backwards and up
+    out = level_feet(spec, q)
+    lo, hi = spec.joint_range[:, 0], spec.joint_range[:, 1]
+    a = out[0, 7:].numpy()
+    assert np.all(a >= lo - 1e-9) and np.all(a <= hi + 1e-9)
+    j = [spec.dof_names.index(f"right_ankle_{x}") for x in "xyz"]
+    assert np.isclose(a[j], lo[j]).any() or np.isclose(a[j], hi[j]).any()
+
+
+def test_the_task_levels_fitted_feet_when_asked(clips):
+    from mimic2dm.tasks.registry import make_task
+
+    from mimic2dm.characters.retarget import lowest_points
+
+    path = clips["humanoid"]
+    fps = load_motion2d(path).fps
+    low = {}
+    for level in (False, True):
+        spec = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
+                        config={"initial_state": "auto", "initial_level_feet": level})  # fmt: skip
+        task = make_task(spec, 4, seed=0)
+        s = task.asi.sample_states(torch.arange(task.asi.num_frames - 1), task.gen)
+        low[level] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
+        task.close()
+    assert low[True].min() > low[False].min() + 0.02

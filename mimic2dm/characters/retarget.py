@@ -256,6 +256,74 @@ def fit_keypoints(
     return solve_keypoint_ik(spec, target, trans, init_quat, dof0.expand(t, -1), iters, tol)
 
 
+def levelable_feet(spec: CharacterSpec) -> list[str]:
+    """Contact bodies whose orientation no keypoint sees, so that IK leaves it free.
+
+    A body qualifies when it carries three hinges about its local x, y, z (in that
+    order), has no child body and every keypoint on it sits at its origin: the humanoid's
+    feet (COCO-17 has an ankle but no toe). The dog's paws carry no joint: none.
+    """
+    tree = spec.tree
+    out = []
+    for name in spec.contact_bodies:
+        b = tree.body_names.index(name)
+        dofs = [j for j, jb in enumerate(tree.dof_body) if jb == b]
+        axes = [tuple(np.round(tree.dof_axis[j], 6)) for j in dofs]
+        if axes != [(1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0)] or b in tree.parents:
+            continue
+        if any(body == name and any(abs(v) > 1e-9 for v in off) for body, off in spec.site_offsets):
+            continue
+        out.append(name)
+    return out
+
+
+def level_feet(spec: CharacterSpec, qpos: torch.Tensor) -> torch.Tensor:
+    """Poses with every :func:`levelable_feet` body turned flat: its local z axis up, its
+    x axis along the horizontal forward direction of its parent (the shin), the three
+    ankle angles clamped to their limits (a shin tilted past them leaves the foot tilted
+    by the rest). Keypoints do not move.
+
+    Why: fitted to COCO-17 keypoints, a foot keeps the angles it started from, so it
+    follows its shin's tilt; a box foot under a tilted shin starts with its toe or heel
+    in the ground (docs/tracker.md "Initial states").
+
+    Args:
+        spec: the character.
+        qpos: ``[T, 7 + J]`` (root quaternion wxyz), e.g. from :func:`fit_keypoints`.
+
+    Returns:
+        ``qpos`` with the feet's dofs replaced (same dtype).
+    """
+    from mimic2dm.geometry.rotations import (
+        quat_conjugate,
+        quat_from_axis_angle,
+        quat_rotate,
+    )
+
+    qpos = torch.as_tensor(qpos)
+    feet = levelable_feet(spec)
+    if not feet:
+        return qpos.clone()
+    tree = spec.tree
+    _, rot = tree.fk(qpos[:, :3], wxyz_to_xyzw(qpos[:, 3:7]), qpos[:, 7:])
+    out = qpos.clone()
+    lo = torch.as_tensor(spec.joint_range[:, 0].copy(), dtype=qpos.dtype)
+    hi = torch.as_tensor(spec.joint_range[:, 1].copy(), dtype=qpos.dtype)
+    z = torch.tensor([0.0, 0.0, 1.0], dtype=qpos.dtype).expand(qpos.shape[0], 3)
+    x = torch.tensor([1.0, 0.0, 0.0], dtype=qpos.dtype).expand(qpos.shape[0], 3)
+    for name in feet:
+        b = tree.body_names.index(name)
+        parent = rot[:, tree.parents[b]]
+        fwd = quat_rotate(parent, x)
+        yaw = torch.atan2(fwd[:, 1], fwd[:, 0])
+        want = quat_from_axis_angle(z, yaw)  # level, facing the shin's way
+        local = quat_mul(quat_conjugate(parent), want)
+        dofs = [j for j, jb in enumerate(tree.dof_body) if jb == b]
+        angles = quat_to_euler_xyz(local)
+        out[:, [7 + j for j in dofs]] = angles.clamp(lo[dofs], hi[dofs])
+    return out
+
+
 # ----------------------------------------------------------------------------- replay
 def kinematic_replay(spec: CharacterSpec | str, qpos) -> np.ndarray:
     """Keypoints of a motion computed by MuJoCo (``mj_kinematics``, no dynamics).

@@ -7,7 +7,9 @@ are sampled like the best state of their buffer until scored or replaced.
 Start frames (``start_sampling``): ``uniform``; ``inverse_count`` (Yu et al. 2021):
 ``P(t) ~ 1 / (n_t + 1)`` with ``n_t`` the samples collected at frame ``t`` in the current
 learner iteration; ``failure``: a mix of uniform and the frames where episodes were
-terminated early (decayed counts). Then a state of that frame's buffer is drawn with
+terminated early (decayed counts), each failure optionally spread over the
+``failure_lead`` frames before it in the same clip, so that episodes start early enough
+to learn the approach to the hard frame, not only the frame itself. Then a state of that frame's buffer is drawn with
 probability ``~ exp(z / T)``, ``z`` the critic's value divided by the running std of
 every value the task has seen (the mean cancels in the softmax): scores live on a
 normalised scale whatever the return's magnitude, so ``T = 1`` keeps sampling diverse.
@@ -46,6 +48,8 @@ class ASIConfig:
         rescore_every: every this many iterations, one iteration draws stale states (0: never).
         failure_mix: ``failure``: weight of the failure distribution against uniform.
         failure_decay: ``failure``: factor applied to the failure counts each iteration.
+        failure_lead: ``failure``: a failure at frame ``t`` weighs frames ``t - lead .. t``
+            of its clip equally (0: only ``t``).
     """
 
     enabled: bool = True
@@ -56,6 +60,7 @@ class ASIConfig:
     rescore_every: int = 0
     failure_mix: float = 0.5
     failure_decay: float = 0.5
+    failure_lead: int = 0
 
     def __post_init__(self) -> None:
         from mimic2dm.utils.validate import check, check_choice
@@ -67,6 +72,7 @@ class ASIConfig:
         check("task.asi.rescore_every", self.rescore_every, ge=0, integer=True)
         check("task.asi.failure_mix", self.failure_mix, ge=0, le=1)
         check("task.asi.failure_decay", self.failure_decay, ge=0, le=1)
+        check("task.asi.failure_lead", self.failure_lead, ge=0, integer=True)
 
 
 class StateBuffers:
@@ -98,6 +104,9 @@ class StateBuffers:
         self.start_counts = torch.zeros(F)  # episode starts per frame (logged)
         self.value_stats = torch.zeros(3, dtype=torch.float64)  # count, mean, M2 of all values
         self.valid_starts = valid_starts.clone()
+        # clip segment of each frame: a clip ends at a frame with no future (not a start)
+        ends = (~self.valid_starts).long()
+        self.segment = torch.cumsum(ends, 0) - ends
         self.replacements = 0
         self.rescored = 0
         self.iteration = 0
@@ -114,7 +123,7 @@ class StateBuffers:
         if self.cfg.start_sampling == "inverse_count":
             w = w / (self.sample_counts + 1.0)
         elif self.cfg.start_sampling == "failure":
-            f = self.failure_counts * w
+            f = self.spread_failures(self.failure_counts) * w
             u = w / w.sum().clamp_min(1.0)
             w = (
                 u
@@ -122,6 +131,25 @@ class StateBuffers:
                 else (1 - self.cfg.failure_mix) * u + self.cfg.failure_mix * f / f.sum()
             )
         return w
+
+    def spread_failures(self, counts: torch.Tensor) -> torch.Tensor:
+        """``[F]`` failure weights: each count at frame ``t`` split equally over frames
+        ``t - failure_lead .. t`` of the same clip (fewer at a clip's start)."""
+        lead = self.cfg.failure_lead
+        if lead == 0:
+            return counts
+        F = counts.shape[0]
+        idx = torch.arange(F)
+        # how many frames each failure is spread over (clipped at its clip's first frame)
+        first = torch.full((int(self.segment.max()) + 1,), F, dtype=torch.long)
+        first = first.scatter_reduce(0, self.segment, idx, reduce="amin")
+        width = (idx - first[self.segment]).clamp(max=lead) + 1
+        share = counts / width
+        out = share.clone()
+        for k in range(1, lead + 1):
+            src = idx[k:]  # a failure at src weighs src - k, if that is still in its clip
+            out[: F - k] += torch.where(k < width[src], share[src], torch.zeros_like(share[src]))
+        return out
 
     def sample_frames(self, n: int, gen: torch.Generator) -> torch.Tensor:
         """``[n]`` start frames (global indices)."""

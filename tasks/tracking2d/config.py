@@ -37,6 +37,8 @@ class TrackingConfig:
             keypoints, else the default pose) or ``default_pose`` (``initial.py``).
         initial_ground: lift those states whose collision geometry starts in the ground
             until it touches it (``initial.ground_states``).
+        initial_level_feet: fitted 3D poses get flat feet (``retarget.level_feet``): the
+            IK leaves foot pitch free, as COCO-17 has no toe keypoint.
     """
 
     num_future: int = 2
@@ -54,6 +56,7 @@ class TrackingConfig:
     asi: ASIConfig = field(default_factory=ASIConfig)
     initial_state: str = "default_pose"
     initial_ground: bool = False
+    initial_level_feet: bool = False
 
     def __post_init__(self) -> None:
         from mimic2dm.geometry.virtual import CAMERA_MODES

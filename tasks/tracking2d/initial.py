@@ -73,22 +73,33 @@ def initial_state_sources(library: ReferenceLibrary, spec, mode: str = "auto") -
     return out
 
 
-def fit_reference_poses(kp3d: torch.Tensor, spec, fps: float) -> dict[str, torch.Tensor]:
+def fit_reference_poses(
+    kp3d: torch.Tensor, spec, fps: float, level_feet: bool = False
+) -> dict[str, torch.Tensor]:
     """The character's own pose and velocities per frame, fitted to 3D keypoints.
 
     Args:
         kp3d: ``[T, K, 3]`` keypoints of ``spec``'s keypoint set (metres, z up).
         spec: the character.
         fps: frame rate of ``kp3d`` (for the finite differences).
+        level_feet: turn the feet flat (:func:`mimic2dm.characters.retarget.level_feet`)
+            before the finite differences.
 
     Returns:
         ``root_pos [T, 3]``, ``root_quat [T, 4]`` xyzw, ``root_lin_vel``/``root_ang_vel
         [T, 3]`` (world), ``dof_pos``/``dof_vel [T, J]`` (float32). Cached per clip.
     """
     from mimic2dm.characters.retarget import fit_keypoints
+    from mimic2dm.characters.retarget import level_feet as level
     from mimic2dm.geometry.rotations import state_velocities as velocities
 
-    key = (spec.name, float(fps), tuple(kp3d.shape), hash(kp3d.detach().cpu().numpy().tobytes()))
+    key = (
+        spec.name,
+        float(fps),
+        bool(level_feet),
+        tuple(kp3d.shape),
+        hash(kp3d.detach().cpu().numpy().tobytes()),
+    )
     if key in _FIT_CACHE:
         return _FIT_CACHE[key]
     target = kp3d.detach().cpu().double()
@@ -105,6 +116,8 @@ def fit_reference_poses(kp3d: torch.Tensor, spec, fps: float) -> dict[str, torch
         redo = fit_keypoints(spec, target[bad_idx], iters=40, tol=FIT_TOLERANCE_M, init=q[near])
         better = _frame_error(spec, redo, target[bad_idx]) < err[bad_idx]
         q[bad_idx[better]] = redo[better]
+    if level_feet:
+        q = level(spec, q)
     quat = _continuous(torch.cat([q[:, 4:7], q[:, 3:4]], dim=-1))  # wxyz -> xyzw
     lin, ang, dof_vel = velocities(q[:, :3], quat, q[:, 7:], fps)
     out = {"root_pos": q[:, :3], "root_quat": quat, "root_lin_vel": lin, "root_ang_vel": ang,
@@ -130,7 +143,9 @@ def _continuous(q: torch.Tensor) -> torch.Tensor:
     return q * sign[:, None]
 
 
-def _fill_poses(library: ReferenceLibrary, spec, out: SimState, sources: list[str]) -> None:
+def _fill_poses(
+    library: ReferenceLibrary, spec, out: SimState, sources: list[str], level_feet: bool = False
+) -> None:
     """Overwrite the character part of ``out`` with preprocessed or fitted poses."""
     for c, (clip, src) in enumerate(zip(library.clips, sources, strict=True)):
         if src == "default_pose":
@@ -141,7 +156,7 @@ def _fill_poses(library: ReferenceLibrary, spec, out: SimState, sources: list[st
                 raise ValueError(f"{clip.name}: init_dof_pos has {st['dof_pos'].shape[1]} joints, "
                                  f"{spec.name} has {out.dof_pos.shape[1]}")  # fmt: skip
         else:
-            st = fit_reference_poses(clip.keypoints3d, spec, library.control_hz)
+            st = fit_reference_poses(clip.keypoints3d, spec, library.control_hz, level_feet)
         sl = slice(int(library.offsets[c]), int(library.offsets[c] + library.lengths[c]))
         out.root_pos[sl], out.root_rot[sl] = st["root_pos"], st["root_quat"]
         out.root_lin_vel[sl], out.root_ang_vel[sl] = st["root_lin_vel"], st["root_ang_vel"]
@@ -149,7 +164,11 @@ def _fill_poses(library: ReferenceLibrary, spec, out: SimState, sources: list[st
 
 
 def initial_states(
-    library: ReferenceLibrary, template: SimState, spec, mode: str = "auto"
+    library: ReferenceLibrary,
+    template: SimState,
+    spec,
+    mode: str = "auto",
+    level_feet: bool = False,
 ) -> SimState:
     """One state per global reference frame, from the first source of each clip that
     applies (module docstring; :func:`initial_state_sources`).
@@ -162,6 +181,7 @@ def initial_states(
         template: the engine's default state ``[1]`` (character and objects at rest).
         spec: the character (for its keypoints in the default pose).
         mode: ``auto`` (preprocessed > reference 3D > default pose) or ``default_pose``.
+        level_feet: fitted (``reference_3d``) poses get flat feet (``task.initial_level_feet``).
 
     Returns:
         :class:`SimState` with ``library.total_frames`` rows.
@@ -205,7 +225,7 @@ def initial_states(
         )
         vel[:, 2] = 0.0
         out.root_lin_vel[sl] = vel
-    _fill_poses(library, spec, out, sources)
+    _fill_poses(library, spec, out, sources, level_feet)
     _place_object(library, out)
     return out
 

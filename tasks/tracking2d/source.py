@@ -51,9 +51,12 @@ class ReferenceSource(abc.ABC):
         """``[F]`` bool: frames an episode may start at (they have a future)."""
 
     @abc.abstractmethod
-    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+    def initial_states(
+        self, template: SimState, character, mode: str = "auto", level_feet: bool = False
+    ) -> SimState:
         """One state per start frame ``[F]`` (the first fill of the ASI buffers); ``mode``
-        is ``task.initial_state`` (``auto`` | ``default_pose``, see :mod:`.initial`)."""
+        is ``task.initial_state`` (``auto`` | ``default_pose``, see :mod:`.initial`),
+        ``level_feet`` is ``task.initial_level_feet``."""
 
     @abc.abstractmethod
     def begin(self, env_ids: torch.Tensor, starts: torch.Tensor, gen: torch.Generator,
@@ -135,11 +138,13 @@ class ClipReference(ReferenceSource):
         starts[self.lib.offsets + self.lib.lengths - 1] = False  # the last frame has no future
         return starts
 
-    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+    def initial_states(
+        self, template: SimState, character, mode: str = "auto", level_feet: bool = False
+    ) -> SimState:
         from mimic2dm.tasks.tracking2d.initial import initial_state_sources, initial_states
 
         self.initial_state_sources = initial_state_sources(self.lib, character, mode)
-        return initial_states(self.lib, template, character, mode)
+        return initial_states(self.lib, template, character, mode, level_feet)
 
     def begin(self, env_ids, starts, gen, view_ids=None) -> torch.Tensor:
         starts = starts.to(self.device)
@@ -274,7 +279,9 @@ class StreamingReference(ReferenceSource):
     def valid_starts(self) -> torch.Tensor:
         return torch.ones(1, dtype=torch.bool)
 
-    def initial_states(self, template: SimState, character, mode: str = "auto") -> SimState:
+    def initial_states(
+        self, template: SimState, character, mode: str = "auto", level_feet: bool = False
+    ) -> SimState:
         return template.repeat(1)  # a stream has no 3D: its episodes start from the default pose
 
     def begin(self, env_ids, starts, gen, view_ids=None) -> torch.Tensor:

@@ -74,7 +74,9 @@ class Tracking2DTask(ASITask):
         q0 = torch.tensor(spec.default_pose.root_quat, dtype=torch.float32, device=dev)
         self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
         if init is None:
-            init = source.initial_states(engine.default_state(1), spec, cfg.initial_state)
+            init = source.initial_states(
+                engine.default_state(1), spec, cfg.initial_state, cfg.initial_level_feet
+            )
             if cfg.initial_ground:
                 from mimic2dm.tasks.tracking2d.initial import ground_states
 
