@@ -235,21 +235,27 @@ def test_grounded_initial_states_of_a_real_clip_start_on_the_ground(clips):
     assert float(st.root_pos[:, 2].sub(g.root_pos[:, 2]).abs().max()) > 0  # the input is untouched
 
 
-def test_the_task_grounds_its_first_fill_when_asked(clips):
+def _first_fill_lowest_points(path: Path, option: str) -> dict[bool, np.ndarray]:
+    """Lowest point of each first-fill ASI state of a tracking task on ``path``, with the
+    boolean task ``option`` off and on."""
     from mimic2dm.tasks.registry import make_task
 
     from mimic2dm.characters.retarget import lowest_points
 
-    path = clips["humanoid"]
     fps = load_motion2d(path).fps
     low = {}
-    for ground in (False, True):
+    for on in (False, True):
         spec = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
-                        config={"initial_state": "auto", "initial_ground": ground})  # fmt: skip
+                        config={"initial_state": "auto", option: on})  # fmt: skip
         task = make_task(spec, 4, seed=0)
         s = task.asi.sample_states(torch.arange(task.asi.num_frames - 1), task.gen)
-        low[ground] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
+        low[on] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
         task.close()
+    return low
+
+
+def test_the_task_grounds_its_first_fill_when_asked(clips):
+    low = _first_fill_lowest_points(clips["humanoid"], "initial_ground")
     assert low[False].min() < -0.03 and low[True].min() > -1e-5
 
 
@@ -309,18 +315,5 @@ def test_level_feet_turns_fitted_feet_flat_without_moving_a_keypoint(clips):
 
 
 def test_the_task_levels_fitted_feet_when_asked(clips):
-    from mimic2dm.tasks.registry import make_task
-
-    from mimic2dm.characters.retarget import lowest_points
-
-    path = clips["humanoid"]
-    fps = load_motion2d(path).fps
-    low = {}
-    for level in (False, True):
-        spec = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
-                        config={"initial_state": "auto", "initial_level_feet": level})  # fmt: skip
-        task = make_task(spec, 4, seed=0)
-        s = task.asi.sample_states(torch.arange(task.asi.num_frames - 1), task.gen)
-        low[level] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)
-        task.close()
+    low = _first_fill_lowest_points(clips["humanoid"], "initial_level_feet")
     assert low[True].min() > low[False].min() + 0.02

@@ -22,7 +22,10 @@ from mimic2dm.characters.registry import load_character
 from mimic2dm.geometry.rotations import (
     exp_map_to_quat,
     matrix_to_quat,
+    quat_conjugate,
+    quat_from_axis_angle,
     quat_mul,
+    quat_rotate,
     quat_to_euler_xyz,
     wxyz_to_xyzw,
     xyzw_to_wxyz,
@@ -294,12 +297,6 @@ def level_feet(spec: CharacterSpec, qpos: torch.Tensor) -> torch.Tensor:
     Returns:
         ``qpos`` with the feet's dofs replaced (same dtype).
     """
-    from mimic2dm.geometry.rotations import (
-        quat_conjugate,
-        quat_from_axis_angle,
-        quat_rotate,
-    )
-
     qpos = torch.as_tensor(qpos)
     feet = levelable_feet(spec)
     if not feet:

@@ -106,7 +106,12 @@ class StateBuffers:
         self.valid_starts = valid_starts.clone()
         # clip segment of each frame: a clip ends at a frame with no future (not a start)
         ends = (~self.valid_starts).long()
-        self.segment = torch.cumsum(ends, 0) - ends
+        segment = torch.cumsum(ends, 0) - ends
+        # failure_lead: frames each failure is spread over (clipped at its clip's first frame)
+        idx = torch.arange(F)
+        first = torch.full((int(segment.max()) + 1,), F, dtype=torch.long)
+        first = first.scatter_reduce(0, segment, idx, reduce="amin")
+        self.lead_width = (idx - first[segment]).clamp(max=cfg.failure_lead) + 1
         self.replacements = 0
         self.rescored = 0
         self.iteration = 0
@@ -138,16 +143,13 @@ class StateBuffers:
         lead = self.cfg.failure_lead
         if lead == 0:
             return counts
-        F = counts.shape[0]
-        idx = torch.arange(F)
-        # how many frames each failure is spread over (clipped at its clip's first frame)
-        first = torch.full((int(self.segment.max()) + 1,), F, dtype=torch.long)
-        first = first.scatter_reduce(0, self.segment, idx, reduce="amin")
-        width = (idx - first[self.segment]).clamp(max=lead) + 1
+        F, width = counts.shape[0], self.lead_width
         share = counts / width
         out = share.clone()
         for k in range(1, lead + 1):
-            src = idx[k:]  # a failure at src weighs src - k, if that is still in its clip
+            src = torch.arange(
+                k, F
+            )  # a failure at src weighs src - k, if that is still in its clip
             out[: F - k] += torch.where(k < width[src], share[src], torch.zeros_like(share[src]))
         return out
 
