@@ -24,6 +24,7 @@ from rich.table import Table
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
+    json_to_stdout,
     library_output_to_log,
     write_json_report,
 )
@@ -50,20 +51,31 @@ def reference_jitter(clip_file: str | Path, control_hz: float) -> float:
     return float("nan") if kp is None else float(metrics.jitter(kp, control_hz))
 
 
-def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: float,
-              overrides: list[str]) -> dict:  # fmt: skip
-    """Train ``clip`` (a ``data`` config name) for ``minutes``; evaluate the last checkpoint."""
-    from mimic2dm.eval import evaluate
-    from mimic2dm.rl.config import task_spec_from_cfg
-    from mimic2dm.rl.data import prepare_data
-    from mimic2dm.rl.policy import Policy
-    from mimic2dm.train import compose_config, train
+def run_config(clip: str, seed: int, minutes: float, run_dir: Path, overrides: list[str]):
+    """The training config of one benchmark run (``clip`` a ``data`` config name)."""
+    from mimic2dm.train import compose_config
 
-    cfg = compose_config([
+    return compose_config([
         f"data={clip}", f"run_dir={run_dir}", f"seed={seed}", f"train.max_seconds={minutes * 60:.3f}",
         "train.max_epochs=100000000", "logger.wandb=false", "logger.video_every=0", "progress=false",
         *CLIP_OVERRIDES.get(clip, ()), *overrides,
     ])  # fmt: skip
+
+
+def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: float,
+              overrides: list[str], cfg=None) -> dict:  # fmt: skip
+    """Train ``clip`` (a ``data`` config name) for ``minutes``; evaluate the last checkpoint.
+
+    ``cfg``: the run's config, already composed by :func:`run_config` (composed here if None).
+    """
+    from mimic2dm.eval import evaluate
+    from mimic2dm.rl.config import task_spec_from_cfg
+    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.rl.policy import Policy
+    from mimic2dm.train import train
+
+    if cfg is None:
+        cfg = run_config(clip, seed, minutes, run_dir, overrides)
     files = prepare_data(cfg.data, run_dir)
     spec = task_spec_from_cfg(cfg, files)
     clock = {"start": None, "eval_s": 0.0, "last_eval": -float("inf")}
@@ -117,18 +129,37 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
 
 def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_dir: str | Path = "runs/bench_learn",
                 eval_every: float | None = None, overrides: list[str] | None = None,
-                first_seed: int = 0) -> dict:  # fmt: skip
+                first_seed: int = 0, on_run=None) -> dict:  # fmt: skip
     """Train and evaluate every clip x seed (``first_seed .. first_seed + seeds - 1``); see the
     module docstring.
 
+    Every run's config is composed before the first run trains, so a bad clip name or
+    override fails at once, not after the runs before it. Configs are composed from
+    ``conf/`` then: editing it during the benchmark does not change the later runs.
+
     Args:
         eval_every: training seconds between evaluations (default: ``minutes * 60 / 30``, >= 5 s).
+        on_run: called with the result so far (the same dict this returns, ``runs`` holding
+            the finished runs) after each run; the command writes its JSON there, so a later
+            run that fails loses nothing already measured.
     """
     every = eval_every if eval_every is not None else max(5.0, minutes * 60 / 30)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
-    runs = [learn_one(c, s, minutes, Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}", every, list(overrides or []))
-            for c in clips for s in range(first_seed, first_seed + seeds)]  # fmt: skip
-    return {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": runs}
+    plan = []
+    for c in clips:
+        for s in range(first_seed, first_seed + seeds):
+            run_dir = Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}"
+            try:
+                cfg = run_config(c, s, minutes, run_dir, list(overrides or []))
+            except Exception as e:
+                raise ValueError(f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}") from e
+            plan.append((c, s, run_dir, cfg))
+    result = {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": []}
+    for c, s, run_dir, cfg in plan:
+        result["runs"].append(learn_one(c, s, minutes, run_dir, every, list(overrides or []), cfg=cfg))
+        if on_run is not None:
+            on_run(result)
+    return result
 
 
 def _fmt(x, spec: str = ".1f") -> str:
@@ -244,10 +275,16 @@ def bench_learn_command(
     names = [c.strip() for c in clips.split(",") if c.strip()]
     if not names or seeds < 1 or minutes <= 0:
         raise typer.BadParameter("need --clips, --seeds >= 1 and --minutes > 0")
+    def save_so_far(result: dict) -> None:  # finished runs survive a later failure
+        if json_out and not json_to_stdout(json_out):
+            write_json_report(result, json_out)
+
     with library_output_to_log("bench"):
-        result = bench_learn(
-            names, minutes, seeds, out_dir, eval_every or None, override, first_seed=first_seed
-        )
+        try:
+            result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override,
+                                 first_seed=first_seed, on_run=save_so_far)  # fmt: skip
+        except ValueError as e:
+            raise typer.BadParameter(str(e)) from e
     human_console(json_out).print(_table(result))
     if png:
         plot_curves(result, png)

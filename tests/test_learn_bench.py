@@ -61,3 +61,39 @@ def test_bench_learn_table_adds_the_ball_columns_for_dribble_runs():
     assert "ball 2D err" not in text([row])
     out = text([row, dribble])
     assert "ball 2D err" in out and "321.5" in out and "0.25" in out
+
+
+def test_bench_learn_composes_every_run_before_training_and_names_the_bad_one(tmp_path):
+    """A clip that has no data config fails the command at once, before the clip before it
+    trains: no run folder, no JSON."""
+    out = tmp_path / "learn.json"
+    res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk,cmu_nope", "--minutes", "0.1",
+                                   "--out-dir", str(tmp_path / "runs"), "--json", str(out)])  # fmt: skip
+    assert res.exit_code != 0
+    assert "cmu_nope" in res.output and "seed 0" in res.output
+    assert not (tmp_path / "runs").exists() and not out.exists()
+
+
+def test_bench_learn_reports_finished_runs_when_a_later_run_fails(tmp_path, monkeypatch):
+    """The JSON is rewritten after each run: a failure in the second run keeps the first.
+    ``learn_one`` (the training) is replaced; composing the configs is real."""
+    import mimic2dm.learn_bench as lb
+
+    calls = []
+
+    def fake_learn_one(clip, seed, minutes, run_dir, every, overrides, cfg=None):
+        calls.append((seed, cfg.seed, Path(cfg.run_dir).name))
+        if seed == 1:
+            raise RuntimeError("the machine went away")
+        return {"clip": clip, "seed": seed, "max_error_2d_px": 42.0}
+
+    monkeypatch.setattr(lb, "learn_one", fake_learn_one)
+    out = tmp_path / "learn.json"
+    with pytest.raises(RuntimeError, match="went away"):
+        CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--seeds", "2", "--minutes", "0.1",
+                                 "--out-dir", str(tmp_path / "runs"), "--json", str(out)],
+                           catch_exceptions=False)  # fmt: skip
+    assert [c[:2] for c in calls] == [(0, 0), (1, 1)] and calls[1][2].endswith("cmu_walk_seed1")
+    saved = json.loads(out.read_text())
+    assert [r["seed"] for r in saved["runs"]] == [0] and saved["runs"][0]["max_error_2d_px"] == 42.0
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -20,6 +20,7 @@ import io
 import json
 import logging
 import math
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -72,7 +73,8 @@ def write_json_report(obj: Any, dest: str | Path | None) -> None:
         obj: the report (dicts, lists, numbers, strings; numpy / torch values and paths
             are converted, NaN / inf become ``null``).
         dest: None: nothing; ``"-"``: stdout (one document, newline-terminated); else a
-            file path (parent folders are created).
+            file path (parent folders are created), replaced atomically (a temp file in
+            the same folder, then ``os.replace``), so an earlier report survives a failure.
     """
     if dest is None:
         return
@@ -83,7 +85,9 @@ def write_json_report(obj: Any, dest: str | Path | None) -> None:
         return
     path = Path(dest)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def human_console(json_dest: str | Path | None = None, **kw: Any) -> Console:
