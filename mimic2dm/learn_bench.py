@@ -152,11 +152,15 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
             try:
                 cfg = run_config(c, s, minutes, run_dir, list(overrides or []))
             except Exception as e:
-                raise ValueError(f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}") from e
+                raise ValueError(
+                    f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}"
+                ) from e
             plan.append((c, s, run_dir, cfg))
     result = {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": []}
     for c, s, run_dir, cfg in plan:
-        result["runs"].append(learn_one(c, s, minutes, run_dir, every, list(overrides or []), cfg=cfg))
+        result["runs"].append(
+            learn_one(c, s, minutes, run_dir, every, list(overrides or []), cfg=cfg)
+        )
         if on_run is not None:
             on_run(result)
     return result
@@ -275,6 +279,7 @@ def bench_learn_command(
     names = [c.strip() for c in clips.split(",") if c.strip()]
     if not names or seeds < 1 or minutes <= 0:
         raise typer.BadParameter("need --clips, --seeds >= 1 and --minutes > 0")
+
     def save_so_far(result: dict) -> None:  # finished runs survive a later failure
         if json_out and not json_to_stdout(json_out):
             write_json_report(result, json_out)
