@@ -51,6 +51,10 @@ def reference_jitter(clip_file: str | Path, control_hz: float) -> float:
     return float("nan") if kp is None else float(metrics.jitter(kp, control_hz))
 
 
+class RunConfigError(ValueError):
+    """A benchmark run's config cannot be composed (unknown clip, bad override)."""
+
+
 def run_config(clip: str, seed: int, minutes: float, run_dir: Path, overrides: list[str]):
     """The training config of one benchmark run (``clip`` a ``data`` config name)."""
     from mimic2dm.train import compose_config
@@ -152,7 +156,7 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
             try:
                 cfg = run_config(c, s, minutes, run_dir, list(overrides or []))
             except Exception as e:
-                raise ValueError(
+                raise RunConfigError(
                     f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}"
                 ) from e
             plan.append((c, s, run_dir, cfg))
@@ -288,7 +292,7 @@ def bench_learn_command(
         try:
             result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override,
                                  first_seed=first_seed, on_run=save_so_far)  # fmt: skip
-        except ValueError as e:
+        except RunConfigError as e:  # errors while training keep their own type and trace
             raise typer.BadParameter(str(e)) from e
     human_console(json_out).print(_table(result))
     if png:
