@@ -13,7 +13,7 @@ for clip in ${CLIPS:-cmu_walk cmu_run cmu_hop}; do
   D=$OUT/$clip
   mkdir -p "$D/clips"
   mimic2dm data synth "$SHARED/data/mocap/$clip.npz" --character humanoid --views 1 --camera static \
-      --seed 0 --out "$D/clips/$clip.npz"
+      --seed 0 --fps 30 --ground --out "$D/clips/$clip.npz"  # as conf/data/$clip.yaml makes it
   mimic2dm data strip "$D/clips/$clip.npz" --out "$D/clips/${clip}_video.npz"
   mimic2dm preprocess "$D/clips/${clip}_video.npz" --character humanoid --out "$D/clips/pre" \
       --gt "$D/clips/$clip.npz" --json "$D/clips/pre/report.json"

@@ -192,6 +192,46 @@ def test_flip_limbs_repairs_an_arm_mirrored_in_depth_for_a_few_frames():
     )
 
 
+def test_lowest_contact_is_quadratic_near_the_ground_and_bounded_in_flight():
+    """People jump: a frame whose lowest foot is high costs at most 1 (Geman-McClure), so a
+    hop's flight frames cannot pull the body down; near the ground it is the squared height
+    per 5 cm; flips score frames with the same per-frame term."""
+    from mimic2dm.preprocess import losses
+
+    h = torch.tensor([0.0, 0.01, 0.05, 0.2, 1.0])
+    c = h[:, None] + torch.cat([torch.zeros(1), torch.linspace(0.1, 0.4, 15)])  # one lowest point
+    per = losses.lowest_contact_per_frame(c)
+    assert per.shape == (5,) and bool((per[1:] > per[:-1]).all()) and bool((per < 1.0).all())
+    x = (0.01 / 0.05) ** 2
+    assert per[1].item() == pytest.approx(x / (1 + x), rel=0.01)
+    assert per[3].item() > 0.9 and per[4].item() < 1.0
+    assert losses.lowest_contact(c[None]).item() == pytest.approx(per.mean().item())
+
+
+@needs_mocap
+def test_finalists_keep_the_lowest_final_loss_and_include_the_stage_one_best():
+    """Stage 2 fits the best ``finalists`` headings of stage 1 on every frame and keeps the
+    lowest final loss: never worse than fitting only the stage-1 best, which is finalist 0."""
+    from mimic2dm.preprocess.optimize import fit_clip
+
+    torch.set_num_threads(1)
+    m = _synth("cmu_walk", seconds=1.0)
+    spec = load_character("humanoid")
+    args = (spec, m.keypoints[0], m.confidence[0], m.mask()[0], m.fps, m.image_size)
+    one = fit_clip(*args, PreprocessConfig(headings=4, iters=20, finalists=1)).info
+    two = fit_clip(*args, PreprocessConfig(headings=4, iters=20, finalists=2)).info
+    stage1 = two["headings_deg"][int(np.argmin(two["hypothesis_loss"]))]
+    assert one["heading_deg"] == stage1 and one["finalist_headings_deg"] == [stage1]
+    assert two["finalist_headings_deg"][0] == stage1 and len(two["finalist_loss"]) == 2
+    assert two["finalist_loss"][0] == pytest.approx(one["loss"], rel=1e-3)
+    best = int(np.argmin(two["finalist_loss"]))
+    assert two["heading_deg"] == two["finalist_headings_deg"][best]
+    assert two["loss"] == pytest.approx(min(two["finalist_loss"]), abs=1e-4)
+    assert two["loss"] <= one["loss"] * (1 + 1e-3)
+    with pytest.raises(ValueError, match="finalists >= 1"):
+        PreprocessConfig(finalists=0)
+
+
 def test_velocities_are_finite_differences_in_the_world_frame():
     T, fps = 5, 10.0
     pos = torch.arange(T, dtype=torch.float32)[:, None] * torch.tensor([0.1, 0.0, 0.0])

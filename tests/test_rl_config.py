@@ -183,6 +183,7 @@ def test_cmu_all_data_config_lists_the_three_shared_clips():
     mocap = [Path(c["make"]["mocap"]).name for c in cfg.data.clips]
     assert mocap == ["cmu_walk.npz", "cmu_run.npz", "cmu_hop.npz"]
     assert {c["make"]["kind"] for c in cfg.data.clips} == {"synth"}
+    assert all(c["make"]["ground"] for c in cfg.data.clips)  # grounded like data=cmu_walk
 
 
 def test_synth_recipes_label_clips_with_their_skill(tmp_path):

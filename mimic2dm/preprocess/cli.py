@@ -82,6 +82,13 @@ def preprocess_cmd(
     view: Annotated[int | None, typer.Option(help="View of a multi-view clip to use.")] = None,
     headings: Annotated[int, typer.Option(min=1, help="Heading hypotheses.")] = 8,
     iters: Annotated[int, typer.Option(min=0, help="Joint Adam iterations on all frames.")] = 100,
+    finalists: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Best heading hypotheses fitted on every frame; the lowest final loss is kept.",
+        ),
+    ] = 2,
     threads: Annotated[
         int,
         typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md)."),
@@ -115,7 +122,12 @@ def preprocess_cmd(
         torch.set_num_threads(threads)
     spec = load_character(character)
     cfg = PreprocessConfig(
-        camera=camera, focal=focal, refine_focal=refine_focal, headings=headings, iters=iters
+        camera=camera,
+        focal=focal,
+        refine_focal=refine_focal,
+        headings=headings,
+        iters=iters,
+        finalists=finalists,
     )
     inputs = []
     for i, path in enumerate(clips):  # validate everything before the first long fit

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mimic2dm.preprocess import losses as L
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import point_jacobian
 
@@ -187,8 +188,9 @@ def _scores(model, limb, pos, quat, dofs, cams, uv, weight, sigma, fps, w):
     cz = contact[..., 2] - model.contact_radius
     pen = torch.relu(-kp[..., 2]).square().mean(-1) + torch.relu(-cz).square().mean(-1)
     unary = unary + w["ground"] * pen / 0.01**2
-    low = -0.01 * torch.logsumexp(-cz / 0.01, dim=-1)
-    unary = unary + w["lowest"] * (low / 0.05).square() + w["prior"] * dofs.square().mean(-1)
+    unary = (
+        unary + w["lowest"] * L.lowest_contact_per_frame(cz) + w["prior"] * dofs.square().mean(-1)
+    )
     # a flipped pattern must explain the frame better by a margin: near-ties are the true
     # monocular ambiguity, where the fit's own solution (grown from the default pose under
     # the temporal prior) is kept

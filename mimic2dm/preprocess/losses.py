@@ -41,13 +41,23 @@ def ground_penetration(
     return pen / scale**2
 
 
+def lowest_contact_per_frame(
+    contact_z: torch.Tensor, scale: float = 0.05, temperature: float = 0.01
+) -> torch.Tensor:
+    """``[..., T]``: the lowest foot near the ground, per frame: the soft minimum ``m`` over
+    contact surfaces ``[..., T, C]``, ``x = (m / scale)^2``, robust: ``x / (1 + x)``
+    (Geman-McClure, at most 1 per frame), because people jump: a quadratic cost made a
+    hop's flight frames pull the body down along the camera rays."""
+    low = -temperature * torch.logsumexp(-contact_z / temperature, dim=-1)
+    x = (low / scale).square()
+    return x / (1.0 + x)
+
+
 def lowest_contact(
     contact_z: torch.Tensor, scale: float = 0.05, temperature: float = 0.01
 ) -> torch.Tensor:
-    """``[H]``: the lowest foot near the ground: soft minimum over contact surfaces
-    ``[H, T, C]`` per frame, squared per ``scale`` metres (kept weak: people jump)."""
-    low = -temperature * torch.logsumexp(-contact_z / temperature, dim=-1)
-    return (low / scale).square().mean(-1)
+    """``[H]``: :func:`lowest_contact_per_frame` of ``[H, T, C]``, averaged over frames."""
+    return lowest_contact_per_frame(contact_z, scale, temperature).mean(-1)
 
 
 def foot_skate(

@@ -7,12 +7,14 @@ Two stages, batched over frames and hypotheses in torch:
    each frame's pose through a level camera (:mod:`mimic2dm.preprocess.lm`); the world is
    then levelled on the plane of the feet's lowest points (:meth:`_Problem.level_`, which
    gives the camera's pitch, roll and height); Levenberg-Marquardt again with the upright
-   and ground priors, and a short joint Adam run with the full loss. The hypothesis with
-   the lowest loss is kept;
-2. refinement on every frame: the kept hypothesis is interpolated in time, every
+   and ground priors, and a short joint Adam run with the full loss. The ``finalists``
+   hypotheses with the lowest losses are kept;
+2. refinement on every frame, of each finalist: interpolated in time, every
    pose refitted by Levenberg-Marquardt, each limb's depth pattern chosen per frame
    (:mod:`mimic2dm.preprocess.flips`) and the poses refitted from it, then Adam polishes
-   camera (focal included when ``refine_focal``) and motion jointly.
+   camera (focal included when ``refine_focal``) and motion jointly. The finalist with the
+   lowest final loss is the result (ranking on a subset of frames alone picked mirrored
+   headings on some views).
 
 After each step the joint angles are projected onto the MJCF's limits and the camera
 kept in range. The loss is :mod:`mimic2dm.preprocess.losses` weighted by the config.
@@ -56,6 +58,8 @@ class PreprocessConfig:
     hypothesis_frames: int = 40
     lm_iters: int = 10  # Levenberg-Marquardt iterations on the poses (each stage)
     hypothesis_iters: int = 30  # stage 1: joint Adam before ranking hypotheses
+    # stage 2 fits this many of the best hypotheses on every frame and keeps the lowest loss
+    finalists: int = 2
     iters: int = 100  # stage 2: joint Adam on every frame
     lr: float = 0.03
     polish_lr: float = 0.005
@@ -93,12 +97,13 @@ class PreprocessConfig:
             raise ValueError(f"focal must be a finite number of pixels > 0, got {self.focal}")
         if (
             self.headings < 1
+            or self.finalists < 1
             or self.iters < 0
             or self.hypothesis_iters < 0
             or self.hypothesis_frames < 2
         ):
             raise ValueError(
-                "headings >= 1, iters >= 0, hypothesis_iters >= 0, hypothesis_frames >= 2 required"
+                "headings >= 1, finalists >= 1, iters >= 0, hypothesis_iters >= 0, hypothesis_frames >= 2 required"
             )
 
 
@@ -452,16 +457,15 @@ def fit_clip(
         info["flipped_frames_hypotheses"] = prob.flip_limbs_(tick)
     losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
     info["seconds_hypotheses"] = time.perf_counter() - t0
-    best = int(torch.argmin(losses))
     info["hypothesis_loss"] = [round(float(x), 4) for x in losses]
-    info["heading_deg"] = info["headings_deg"][best]
+    keep = torch.argsort(losses)[: max(1, min(cfg.finalists, len(losses)))]
     v_all = {}
-    for n, x in prob.v.items():  # the best hypothesis, interpolated to every frame
-        x = x.detach()[best : best + 1]
+    for n, x in prob.v.items():  # the best hypotheses, interpolated to every frame
+        x = x.detach()[keep]
         if x.ndim >= 2 and x.shape[1] == len(sub):
             if n == "root_quat":
-                x = _continuous(x[0])[None]
-            x = _interp(x[0], sub, T)[None]
+                x = torch.stack([_continuous(h) for h in x])
+            x = torch.stack([_interp(h, sub, T) for h in x])
         v_all[n] = x.clone()
     # stage 2: every frame: poses through the chosen camera, then everything jointly
     prob = _Problem(model, cfg, uv, weight, fps, image_size, focal0)
@@ -474,14 +478,18 @@ def fit_clip(
     prob.run(cfg.iters, 0, cfg.refine_focal, tick, lr=cfg.polish_lr)
     with torch.no_grad():
         total, terms = prob.loss()
-        R, t, k = (x[0] for x in prob.cameras())
-        v = {n: x.detach()[0] for n, x in prob.v.items()}
+        best = int(torch.argmin(total))  # among the finalists, on every frame
+        info["finalist_headings_deg"] = [info["headings_deg"][int(i)] for i in keep]
+        info["finalist_loss"] = [round(float(x), 4) for x in total]
+        info["heading_deg"] = info["headings_deg"][int(keep[best])]
+        R, t, k = (x[best] for x in prob.cameras())
+        v = {n: x.detach()[best] for n, x in prob.v.items()}
         q = rot.quat_normalize(_continuous(v["root_quat"]))
         kp, _ = model.forward(v["root_pos"], q, v["dof_pos"])
         lin, ang, dvel = rot.state_velocities(v["root_pos"], q, v["dof_pos"], fps)
     info |= {
-        "loss": float(total[0]),
-        "terms": {n: round(float(x[0]), 5) for n, x in terms.items()},
+        "loss": float(total[best]),
+        "terms": {n: round(float(x[best]), 5) for n, x in terms.items()},
         "focal": float(k[0, 0]),
         "seconds": time.perf_counter() - t0,
         "config": asdict(cfg),
