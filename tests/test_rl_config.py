@@ -52,6 +52,23 @@ def test_task_spec_from_the_config_groups():
     assert TaskSpec.from_dict(spec.to_dict()) == spec
 
 
+def test_tracking3d_baselines_share_the_2d_trackers_initial_state_defaults():
+    """3D-GT and Sfv* start like Mimic2DM (docs/baselines.md): lifted out of the ground,
+    failure-prioritised starts counted per learner iteration."""
+    from mimic2dm.tasks.tracking3d.config import Tracking3DConfig
+
+    cfg = compose_config(["task=tracking3d", "train.horizon_length=16"])
+    two = compose_config([])
+    spec = task_spec_from_cfg(cfg, ["a.npz"])
+    assert spec.config["initial_ground"] is True is two.task.initial_ground
+    asi = spec.config["asi"]
+    assert asi["start_sampling"] == two.task.asi.start_sampling == "failure"
+    assert asi["iteration_steps"] == 16
+    for k in ("failure_mix", "failure_decay", "failure_lead"):
+        assert asi[k] == two.task.asi[k]
+    assert not Tracking3DConfig().initial_ground  # off in the dataclass, on in the config
+
+
 def test_stand_task_needs_no_data():
     spec = task_spec_from_cfg(compose_config(["task=stand"]), ["a.npz"])
     assert spec.task == "stand" and spec.data == () and spec.config["scales"]["pose"] == 0.5

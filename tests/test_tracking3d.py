@@ -128,6 +128,39 @@ def test_task_tracks_a_motion3d_on_the_fake_engine_and_resumes_exactly(tmp_path)
     assert t.step(torch.ones(4, t.action_dim)).causes["distance"].all()
 
 
+def test_tracking3d_lifts_starts_out_of_the_ground_and_prioritises_failures(tmp_path):
+    """Like the 2D tracker: initial states whose geometry starts in the ground are lifted
+    (``initial_ground``), and early terminations are counted per start frame, which
+    ``start_sampling: failure`` draws from (docs/baselines.md: the IK fit of cmu_walk's
+    ground truth starts 38 of 77 frames up to 6 cm in the ground)."""
+    from mimic2dm.tasks.tracking2d.asi import ASIConfig
+
+    spec = load_character("humanoid")
+    m3 = _motion3d(spec)
+    m3.root_pos[:5, 2] -= 0.08  # the first five frames sink 8 cm into the ground
+    save_motion3d(m3, tmp_path / "m3.npz")
+    ref = Reference3D.from_files((str(tmp_path / "m3.npz"),), 30.0, spec)
+    asi = ASIConfig(start_sampling="failure", iteration_steps=1000)
+    kept, lifted = (
+        Tracking3DTask(
+            KinematicEngine("humanoid", 4),
+            ref,
+            Tracking3DConfig(initial_ground=g, term_distance=0.05, asi=asi),
+        )
+        for g in (False, True)
+    )
+    z0 = kept.asi.states["root_pos"][:, 0, 2]
+    z1 = lifted.asi.states["root_pos"][:, 0, 2]
+    assert torch.all(z1[:5] - z0[:5] > 0.05) and torch.allclose(z1[5:], z0[5:])
+    # every env is far off after one step of full actions: each start frame counts a failure
+    starts = lifted.frame.clone()
+    r = lifted.step(torch.ones(4, lifted.action_dim))
+    assert r.terminated.all()
+    expect = torch.bincount(starts, minlength=lifted.asi.failure_counts.numel()).float()
+    assert torch.equal(lifted.asi.failure_counts, expect)
+    assert lifted.asi.failure_counts.sum() == 4 and kept.asi.failure_counts.sum() == 0
+
+
 @pytest.mark.slow
 def test_train_tracking3d_then_compare_with_a_2d_run(tmp_path, monkeypatch):
     """`mimic2dm-train task=tracking3d` (3D-GT on a synthetic clip), a tiny tracking2d run,

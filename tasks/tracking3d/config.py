@@ -60,6 +60,8 @@ class Tracking3DConfig:
             around the default pose.
         initial_state: first fill of the ASI buffers: ``auto`` (a Motion3D's own states,
             else the pose fitted to the 3D keypoints) | ``default_pose``.
+        initial_ground: lift those states whose collision geometry starts in the ground
+            until it touches it, as the 2D tracker does (``tracking2d.initial.ground_states``).
         reward: term scales and sharpness; asi: adaptive state initialisation.
     """
 
@@ -71,6 +73,7 @@ class Tracking3DConfig:
     early_termination: bool = True
     action_scale: float = 1.0
     initial_state: str = "auto"
+    initial_ground: bool = False
     reward: Reward3DConfig = field(default_factory=Reward3DConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
 

@@ -9,6 +9,8 @@ rewards and terminations are pure functions (:mod:`.observations`, :mod:`.reward
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from mimic2dm.tasks.base import ASITask, StepResult
 from mimic2dm.tasks.tracking2d import terminations as X
@@ -22,6 +24,8 @@ from mimic2dm.tasks.tracking3d.rewards import error_exceeded, reward_terms_3d
 
 from mimic2dm.engines.base import Engine, SimState
 from mimic2dm.geometry import rotations as rot
+
+log = logging.getLogger(__name__)
 
 CAUSES = ("distance", "fall", "nonfinite", "timeout")
 
@@ -56,8 +60,14 @@ class Tracking3DTask(ASITask):
         )
         q0 = torch.tensor(spec.default_pose.root_quat, dtype=torch.float32, device=dev)
         self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
-        self.asi = StateBuffers(reference.initial_states(engine.default_state(1), spec, cfg.initial_state),
-                                reference.valid_starts(), cfg.asi)  # fmt: skip
+        init = reference.initial_states(engine.default_state(1), spec, cfg.initial_state)
+        if cfg.initial_ground:  # as the 2D tracker: no start inside the ground (docs/baselines.md)
+            from mimic2dm.tasks.tracking2d.initial import ground_states
+
+            init, lift = ground_states(init, spec)
+            log.info("initial states: %d of %d lifted out of the ground (up to %.3f m)",
+                     int((lift > 0).sum()), lift.numel(), float(lift.max()) if lift.numel() else 0.0)  # fmt: skip
+        self.asi = StateBuffers(init, reference.valid_starts(), cfg.asi)
         self.clip = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.frame = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.steps = torch.zeros(self.N, dtype=torch.long, device=dev)
@@ -131,6 +141,8 @@ class Tracking3DTask(ASITask):
         terminated = causes["distance"] | causes["fall"] | causes["nonfinite"]
         truncated = ~terminated & (self.at_end() | (self.steps >= self.cfg.max_episode_steps))
         causes["timeout"] = truncated
+        # ASI counts samples and early terminations per frame (failure-prioritised starts)
+        self.asi.note_step(self.ref.offsets[self.clip] + self.frame - 1, terminated)
         self.ep_return += reward
         self.prev_action = a.clone()
         done = terminated | truncated
