@@ -251,6 +251,14 @@ def _place_object(library: ReferenceLibrary, out: SimState) -> None:
             out.object_ang_vel[sl, 0] = spin
 
 
+def ground_states_logged(states: SimState, spec, logger) -> SimState:
+    """:func:`ground_states`, logging how many states were lifted and by how much at most."""
+    out, lift = ground_states(states, spec)
+    logger.info("initial states: %d of %d lifted out of the ground (up to %.3f m)",
+                int((lift > 0).sum()), lift.numel(), float(lift.max()) if lift.numel() else 0.0)  # fmt: skip
+    return out
+
+
 def ground_states(states: SimState, spec) -> tuple[SimState, torch.Tensor]:
     """``states`` with each root lifted so that no collision geometry starts below the
     ground (states above it are unchanged); returns them and the lift per state ``[F]`` (m).

@@ -78,11 +78,9 @@ class Tracking2DTask(ASITask):
                 engine.default_state(1), spec, cfg.initial_state, cfg.initial_level_feet
             )
             if cfg.initial_ground:
-                from mimic2dm.tasks.tracking2d.initial import ground_states
+                from mimic2dm.tasks.tracking2d.initial import ground_states_logged
 
-                init, lift = ground_states(init, spec)
-                log.info("initial states: %d of %d lifted out of the ground (up to %.3f m)",
-                         int((lift > 0).sum()), lift.numel(), float(lift.max()) if lift.numel() else 0.0)  # fmt: skip
+                init = ground_states_logged(init, spec, log)
         self.asi = StateBuffers(init, source.valid_starts(), cfg.asi)
         # the ASI slot each episode started from (-1: none), rescored by the critic
         self.start_slot = torch.full((self.N,), -1, dtype=torch.long, device=dev)

@@ -62,11 +62,9 @@ class Tracking3DTask(ASITask):
         self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
         init = reference.initial_states(engine.default_state(1), spec, cfg.initial_state)
         if cfg.initial_ground:  # as the 2D tracker: no start inside the ground (docs/baselines.md)
-            from mimic2dm.tasks.tracking2d.initial import ground_states
+            from mimic2dm.tasks.tracking2d.initial import ground_states_logged
 
-            init, lift = ground_states(init, spec)
-            log.info("initial states: %d of %d lifted out of the ground (up to %.3f m)",
-                     int((lift > 0).sum()), lift.numel(), float(lift.max()) if lift.numel() else 0.0)  # fmt: skip
+            init = ground_states_logged(init, spec, log)
         self.asi = StateBuffers(init, reference.valid_starts(), cfg.asi)
         self.clip = torch.zeros(self.N, dtype=torch.long, device=dev)
         self.frame = torch.zeros(self.N, dtype=torch.long, device=dev)
