@@ -174,6 +174,34 @@ def test_synth_noise_and_drops(tmp_path: Path):
 
 
 @needs_mocap
+def test_synth_camera_ranges_narrowed_to_the_follow_camera(tmp_path: Path):
+    """--distance/--focal/--elevation fix the camera (azimuth stays random per view)."""
+    res, out = synth(
+        tmp_path, "cmu_walk.npz", "humanoid", "--views", "3", "--camera", "tracking",
+        "--distance", "5", "--focal", "1400", "--elevation", "10",
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    m = load_motion2d(out)
+    np.testing.assert_allclose(m.camera_intrinsics[..., :2], 1400.0)
+    assert m.meta["camera_ranges"]["distance_range"] == [5.0, 5.0]
+    kp3 = m.keypoints3d
+    for v in range(m.num_views):
+        centre = -np.einsum("fji,fj->fi", m.camera_R[v], m.camera_t[v])  # camera centre, world
+        root = kp3[:, [11, 12]].mean(axis=1)  # hips
+        horiz = np.linalg.norm((centre - root)[:, :2], axis=1)
+        dist = np.linalg.norm(centre - root, axis=1)
+        np.testing.assert_allclose(dist, 5.0, atol=0.3)
+        np.testing.assert_allclose(np.degrees(np.arccos(horiz / dist)), 10.0, atol=4.0)
+    assert not np.allclose(m.camera_R[0], m.camera_R[1])  # azimuths differ
+    # the default ranges give other focal lengths; a bad range is refused, nothing written
+    res, out2 = synth(tmp_path, "cmu_walk.npz", "humanoid", "--seed", "1", name="d.npz")
+    assert not np.allclose(load_motion2d(out2).camera_intrinsics[..., 0], 1400.0)
+    for opt, bad in (("--distance", "8:3"), ("--focal", "0"), ("--elevation", "a:b")):
+        res, out3 = synth(tmp_path, "cmu_walk.npz", "humanoid", opt, bad, name="bad.npz")
+        assert res.exit_code == 2 and opt in res.output and not out3.exists()
+
+
+@needs_mocap
 def test_synth_bad_inputs(tmp_path: Path):
     res, _ = synth(tmp_path, "dog_trot.npz", "humanoid")
     assert res.exit_code == 1 and "cannot be used with --character humanoid" in res.output

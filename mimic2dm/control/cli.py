@@ -74,8 +74,25 @@ def control_cmd(
         None, "--azimuth", help="View 0's azimuth (deg; default: from the seed)."
     ),
     temperature: float = typer.Option(1.0, help="Generator sampling temperature (0: greedy)."),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="Instead of --generator: replay this real 2D clip's motion (looped) in the loop.",
+    ),
+    reference_views: int = typer.Option(
+        1, "--reference-views", help="With --reference: its views 0..N-1 (N-view tracking)."
+    ),
+    start_states: list[str] = typer.Option(
+        None,
+        "--start-states",
+        help="Clip(s) with 3D (or preprocessed) states: start each episode from the one that best "
+        "matches the first generated frames, at the best azimuth (default: the default pose).",
+    ),
 ) -> None:
-    """Drive a frozen tracker with a 2D motion generator in real time; report the paper's Table 3."""
+    """Drive a frozen tracker with a 2D motion generator in real time; report the paper's Table 3.
+
+    ``--reference CLIP`` plays a real clip's canonical motion through the same loop (the
+    cameras, ``G^-1`` and re-anchoring of generated motion): the reference row."""
     from mimic2dm.control.controller import ControlSettings, parse_switch
     from mimic2dm.control.run import load_models, run_control
 
@@ -94,12 +111,10 @@ def control_cmd(
         with library_output_to_log("control"):
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
                                 chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth)  # fmt: skip
-            policy, gen, name = load_models(
-                tracker, generator, random_weights, random_model, character, seed
-            )
-            report = run_control(
-                policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name
-            )
+            policy, gen, name = load_models(tracker, generator, random_weights, random_model,
+                                            character, seed, reference, reference_views)  # fmt: skip
+            report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,
+                                 start_states or None)  # fmt: skip
     except (ValueError, FileNotFoundError, KeyError) as e:
         _fail(e)
     summary = {k: v for k, v in report.items() if k not in ("per_episode", "settings")}

@@ -24,6 +24,7 @@ from mimic2dm.control.reference import (
     anchor_chunk,
     character_anchor,
 )
+from mimic2dm.control.start import MATCH_FRAMES, StartLibrary, match_start
 from mimic2dm.generators.sample import LoadedGenerator
 from mimic2dm.tasks.registry import build_engine
 from mimic2dm.tasks.tracking2d.asi import ASIConfig
@@ -47,6 +48,9 @@ class ControlSettings:
         temperature, top_k: generator sampling.
         camera: the follow cameras (``azimuth_deg=None``: drawn from the seed).
         record_states: keep engine states for a video.
+        start_states: start from the best-matching state of this library
+            (:mod:`mimic2dm.control.start`; None: the default pose); the match also picks
+            the azimuth, so ``azimuth_deg`` is then ignored.
     """
 
     seconds: float = 20.0
@@ -61,6 +65,7 @@ class ControlSettings:
     distance: float = 5.0
     focal: float = 1400.0
     record_states: bool = False
+    start_states: StartLibrary | None = None
 
     def __post_init__(self) -> None:
         check("--seconds", self.seconds, gt=0)
@@ -97,6 +102,7 @@ class Record:
         generated: ``[V, n, D]`` raw canonical features handed to the reference.
         gen_frames, gen_seconds: frames the generator made and the time it took.
         stage_seconds: time per stage (:data:`STAGES`); states: engine states (video).
+        azimuth_deg: view 0's azimuth; start: the matched start state (``match_start``) or None.
     """
 
     uv: list = field(default_factory=list)
@@ -115,6 +121,8 @@ class Record:
     gen_seconds: float = 0.0
     stage_seconds: dict = field(default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     states: list = field(default_factory=list)
+    azimuth_deg: float = 0.0
+    start: dict | None = None
 
     def stacked(self, name: str) -> torch.Tensor:
         return torch.stack(getattr(self, name))
@@ -178,6 +186,9 @@ class Controller:
         switches = sorted((round(t * self.hz), self.gen.label_id(k)) for t, k in s.switches)
         T = max(1, round(s.seconds * self.hz))
         rec, buf, next_chunk = Record(), None, 0
+        if s.start_states is not None:
+            buf, cam = self._start(task, s.start_states, stream, cam, rec)
+        rec.azimuth_deg = cam.azimuth_deg
         for step in range(T):
             while switches and switches[0][0] <= step:
                 label = switches.pop(0)[1]
@@ -197,6 +208,26 @@ class Controller:
             for name, dt in (("observation", t1 - t0), ("policy", t2 - t1), ("physics", t3 - t2)):
                 rec.stage_seconds[name] += dt
         return rec
+
+    def _start(self, task, lib: StartLibrary, stream: ChunkStream, cam: FollowCamera, rec: Record):
+        """Generate the first frames, start the character from the library state that matches
+        them best, with the follow cameras at the matched azimuth."""
+        t0 = time.perf_counter()
+        buf = stream.next_chunk()
+        while buf.shape[1] < MATCH_FRAMES:
+            buf = torch.cat([buf, stream.next_chunk()], dim=1)
+        rec.gen_frames += buf.shape[1]
+        t1 = time.perf_counter()
+        rec.gen_seconds += t1 - t0
+        rec.stage_seconds["generator"] += t1 - t0
+        kset = task.source.kset
+        m = match_start(lib, buf, cam, kset)
+        state = lib.states.index(slice(m["index"], m["index"] + 1)).to(self.engine.device)
+        task.start_episodes(torch.zeros(1, dtype=torch.long, device=task.device),
+                            torch.zeros(1, dtype=torch.long, device=task.device), state)  # fmt: skip
+        rec.start = m
+        rec.stage_seconds["g_inverse"] += time.perf_counter() - t1
+        return buf, dataclasses.replace(cam, azimuth_deg=m["azimuth_deg"])
 
     def _chunk(self, task, src: ControlReference, stream: ChunkStream, cam: FollowCamera, buf, step: int,
                L: int, rec: Record) -> torch.Tensor:  # fmt: skip

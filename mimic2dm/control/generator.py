@@ -9,7 +9,10 @@ command needs a ``--generator-type``:
 - ``gpt``: :class:`~mimic2dm.generators.sample.MotionStream` (tokens from a sliding
   context with a key/value cache, decoded 8 tokens = 32 frames at a time);
 - ``diffusion``: one DDPM window at a time, each new window holding the last ``overlap``
-  frames of the previous one (replacement inpainting, as ``sample_long``).
+  frames of the previous one (replacement inpainting, as ``sample_long``);
+- ``replay``: no model, the canonical motion of a real 2D clip played back in a loop
+  (:func:`replay_generator`, ``mimic2dm control --reference CLIP``): the same loop with real
+  motion in place of generated motion, the reference row of Table 3.
 """
 
 from __future__ import annotations
@@ -100,9 +103,67 @@ class DiffusionChunks(ChunkStream):
         return self.gen.stats.denormalize(new)
 
 
+class ReplayGenerator(LoadedGenerator):
+    """A real clip's canonical motion posing as a generator (``model_type="replay"``).
+
+    ``data["features"]`` holds the raw canonical features ``[V, T, D]`` of the clip's views.
+    """
+
+    @property
+    def num_views(self) -> int:
+        return int(self.data["features"].shape[0])
+
+
+class ReplayChunks(ChunkStream):
+    """The clip's frames, 32 at a time, from its first frame, starting over at its end.
+
+    The condition label is ignored (a clip has the one skill it has)."""
+
+    model_type = "replay"
+    chunk = 32
+
+    def __init__(self, gen, label, generator, temperature=1.0, top_k=None):
+        super().__init__(gen, label, generator, temperature, top_k)
+        self.pos = 0
+
+    def next_chunk(self) -> torch.Tensor:
+        f = self.gen.data["features"]
+        idx = (self.pos + torch.arange(self.chunk)) % f.shape[1]
+        self.pos += self.chunk
+        return f[:, idx]
+
+
+def replay_generator(path: str | Path, views: int = 1) -> ReplayGenerator:
+    """The canonical motion of views ``0..views-1`` of the 2D clip at ``path`` (``G`` per view).
+
+    Its fps must be the tracker's control rate (checked by the controller); keypoints the
+    clip misses are filled as the generators' training data fills them.
+    """
+    from mimic2dm.generators.data import _canonical_view
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+    m = load_motion2d(path)
+    if not 1 <= views <= m.num_views:
+        raise ValueError(f"--reference {path}: {views} view(s) asked, the clip has {m.num_views}")
+    if m.num_frames < 3:
+        raise ValueError(f"--reference {path}: {m.num_frames} frames, expected >= 3")
+    kset = load_keypoint_set(m.keypoint_set)
+    feats = torch.stack(
+        [_canonical_view(m.keypoints[v], m.confidence[v] > 0, kset)[0] for v in range(views)]
+    )
+    skill = m.labels.get("skill")
+    data = {"keypoint_set": m.keypoint_set, "fps": float(m.fps), "features": feats,
+            "label_names": [skill] if skill else [], "label_key": "skill"}  # fmt: skip
+    D = feats.shape[-1]
+    stats = FeatureStats(torch.zeros(D), torch.ones(D))
+    return ReplayGenerator("replay", torch.nn.Identity(), stats, None, data, str(path))
+
+
 STREAMS: Registry[type[ChunkStream]] = Registry("generator stream")
 STREAMS.register("gpt", lambda: GPTChunks)
 STREAMS.register("diffusion", lambda: DiffusionChunks)
+STREAMS.register("replay", lambda: ReplayChunks)
 
 
 def open_stream(gen: LoadedGenerator, label: int, seed: int, temperature: float = 1.0,

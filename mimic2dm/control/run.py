@@ -94,13 +94,19 @@ def default_pose_canonical(character: str) -> np.ndarray:
 
 
 def load_models(tracker: str | None, generator: str | None, random_weights: bool, random_model: str = "gpt",
-                character: str = "humanoid", seed: int = 0):  # fmt: skip
-    """``(policy, generator, tracker description)``; with ``random_weights`` untrained ones."""
+                character: str = "humanoid", seed: int = 0, reference: str | None = None,
+                views: int = 1):  # fmt: skip
+    """``(policy, generator, tracker description)``; with ``random_weights`` untrained ones.
+
+    ``reference`` (a 2D clip) replaces the generator by that clip's motion played back
+    (``views`` of its views): the loop with real motion."""
     from mimic2dm.rl.policy import load_policy, untrained_policy
 
-    if not random_weights and (tracker is None or generator is None):
+    if reference is not None and generator is not None:
+        raise ValueError("--reference replaces --generator: give one of them")
+    if not random_weights and (tracker is None or (generator is None and reference is None)):
         raise ValueError(
-            "--tracker and --generator are needed (or --random-weights for a smoke run)"
+            "--tracker and --generator (or --reference) are needed (or --random-weights for a smoke run)"
         )
     if tracker is not None:
         policy = load_policy(tracker)
@@ -108,7 +114,11 @@ def load_models(tracker: str | None, generator: str | None, random_weights: bool
     else:
         policy = random_tracker(character, seed)
     char = policy.env_spec.character
-    if generator is not None:
+    if reference is not None:
+        from mimic2dm.control.generator import replay_generator
+
+        gen = replay_generator(reference, views)
+    elif generator is not None:
         gen = load_any_generator(generator)
         gen = reinitialised(gen, seed) if random_weights else gen
     else:
@@ -124,7 +134,7 @@ def load_models(tracker: str | None, generator: str | None, random_weights: bool
 
 def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_extractor: str | None = None,
                 real: str | None = None, video: str | None = None, fid: bool = True,
-                tracker_name: str = "") -> dict:  # fmt: skip
+                tracker_name: str = "", start_states: list[str] | None = None) -> dict:  # fmt: skip
     """Run ``episodes`` controlled runs (seeds ``settings.seed + i``) and report Table 3.
 
     Args:
@@ -134,23 +144,33 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
         real: directory of real 2D motion for FID (default: the held-out CMU views).
         video: mp4 of the first episode (view 0 with the generated reference drawn over it).
         fid: compute FID / diversity.
+        start_states: clips whose physical states episodes start from, the one matching the
+            first generated frames best (:mod:`mimic2dm.control.start`); None: the default pose.
     """
     from mimic2dm.utils.validate import check
 
     check("--episodes", episodes, ge=1, integer=True)
     ctl = Controller(policy, gen)
     kset = ctl.engine.character.keypoint_set
-    fid_set = _fid_set(kset, real, fid_extractor) if fid else None
     per_ep, sim_w, gen_w = [], [], []
     try:
+        if start_states:
+            from mimic2dm.control.start import load_start_library
+
+            lib = load_start_library(start_states, ctl.engine.character, ctl.engine.default_state(1),
+                                     ctl.cfg, ctl.hz)  # fmt: skip
+            settings = dataclasses.replace(settings, start_states=lib)
+        fid_set = _fid_set(kset, real, fid_extractor) if fid else None
         for i in range(episodes):
             s = dataclasses.replace(
                 settings, seed=settings.seed + i, record_states=bool(video) and i == 0
             )
             rec = ctl.run(s)
             m = episode_metrics(rec, ctl.hz, ctl.cfg.camera.height, ctl.cfg.fall_height)
-            az = _azimuth(s)
+            az = rec.azimuth_deg
             per_ep.append({"seed": s.seed, "azimuth_deg": az, **m})
+            if rec.start is not None:
+                per_ep[-1]["start"] = rec.start
             if fid_set is not None:
                 W = fid_set.extractor.window
                 cams = tracking_cameras(rec.stacked("kp3d"), _kset(kset), [az + 90 * v for v in range(ctl.V)],
@@ -168,18 +188,11 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
     report |= {
         "tracker": tracker_name, "generator": gen.source, "generator_type": gen.model_type, "views": gen.num_views,
         "random_weights": tracker_name.startswith("random weights") or gen.source.startswith("random weights"),
-        "settings": {k: v for k, v in dataclasses.asdict(settings).items() if k != "record_states"},
+        "settings": {k: v for k, v in dataclasses.asdict(dataclasses.replace(settings, start_states=None)).items()
+                     if k not in ("record_states", "start_states")} | {"start_states": list(start_states or [])},
         "per_episode": per_ep,
     }  # fmt: skip
     return report
-
-
-def _azimuth(s: ControlSettings) -> float:
-    return (
-        s.azimuth_deg
-        if s.azimuth_deg is not None
-        else float(np.random.default_rng(s.seed).uniform(0, 360))
-    )
 
 
 def _kset(name: str):

@@ -15,6 +15,7 @@ Exit codes: 0 success, 1 invalid input (message names file, field, expectation),
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,6 +58,36 @@ def _parse_labels(labels: list[str]) -> dict[str, str]:
             raise typer.BadParameter(f"label {item!r} is not KEY=VALUE", param_hint="--label")
         out[key] = value
     return out
+
+
+def _range(text: str, option: str, positive: bool) -> tuple[float, float]:
+    """``"5"`` -> (5, 5); ``"3:8"`` -> (3, 8); anything else is a BadParameter on ``option``."""
+    parts = text.split(":")
+    try:
+        lo, hi = (float(parts[0]), float(parts[-1])) if len(parts) in (1, 2) else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
+        raise typer.BadParameter(
+            f"{text!r}: expected a number or LO:HI with LO <= HI", param_hint=option
+        )
+    if positive and lo <= 0:
+        raise typer.BadParameter(f"{text!r}: must be > 0", param_hint=option)
+    return lo, hi
+
+
+def _camera_config(*, distance: str | None, focal: str | None, elevation: str | None):
+    """DESIGN 1's camera ranges, narrowed by the ``data synth`` camera options (or None)."""
+    from mimic2dm.geometry.virtual import VirtualCameraConfig
+
+    ranges = {}
+    if distance is not None:
+        ranges["distance_range"] = _range(distance, "--distance", positive=True)
+    if focal is not None:
+        ranges["focal_range"] = _range(focal, "--focal", positive=True)
+    if elevation is not None:
+        ranges["elevation_range_deg"] = _range(elevation, "--elevation", positive=False)
+    return VirtualCameraConfig(**ranges) if ranges else None
 
 
 def _character_matches(clip_character: str, clip_set: str, character: str) -> bool:
@@ -102,8 +133,24 @@ def synth(
             "character's own flat foot puts it (the lift goes into the clip's meta)."
         ),
     ] = False,
+    distance: Annotated[
+        str | None,
+        typer.Option(help="Camera distance (m): a value D or a range LO:HI [default: 3:8]."),
+    ] = None,
+    focal: Annotated[
+        str | None,
+        typer.Option(help="Focal length (px): a value F or a range LO:HI [default: 1000:1800]."),
+    ] = None,
+    elevation: Annotated[
+        str | None,
+        typer.Option(help="Camera elevation (deg): a value or a range LO:HI [default: -10:35]."),
+    ] = None,
 ) -> None:
     """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras).
+
+    Cameras are drawn from DESIGN 1's ranges; ``--distance``, ``--focal`` and ``--elevation``
+    narrow them, e.g. ``--distance 5 --focal 1400 --elevation 10 --camera tracking`` is the
+    follow camera of ``mimic2dm control`` (azimuth stays random).
 
     With ``--loops`` or ``--seconds`` the clip's gait cycle is repeated first, each loop
     starting where the previous one ended (heading included), seams blended. With
@@ -129,6 +176,7 @@ def synth(
     if seconds is not None and not seconds > 0:
         raise typer.BadParameter("must be > 0", param_hint="--seconds")
     labels = _parse_labels(label or [])
+    camera_config = _camera_config(distance=distance, focal=focal, elevation=elevation)
     try:
         clip = load_mocap_keypoints(mocap)
     except (OSError, ValueError, KeyError) as e:
@@ -141,6 +189,11 @@ def synth(
         raise typer.Exit(1)
     kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
     meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
+    if camera_config is not None:
+        meta["camera_ranges"] = {
+            k: list(getattr(camera_config, k))
+            for k in ("distance_range", "focal_range", "elevation_range_deg")
+        }
     if ground:
         from mimic2dm.characters.feet import ground_keypoints
 
@@ -172,6 +225,7 @@ def synth(
         noise_px=noise_px,
         drop_prob=drop_prob,
         object3d=obj,
+        camera_config=camera_config,
         labels=labels,
         meta=meta,
     )

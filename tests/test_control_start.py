@@ -1,0 +1,185 @@
+"""Real motion in the control loop (``--reference``) and matched start states
+(``--start-states``, mimic2dm/control/start.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from mimic2dm.cli import app
+from mimic2dm.control.controller import Controller, ControlSettings
+from mimic2dm.control.generator import open_stream, replay_generator
+from mimic2dm.control.reference import FollowCamera, anchor_chunk
+from mimic2dm.control.run import load_models
+from mimic2dm.control.start import MATCH_FRAMES, load_start_library, match_start
+from mimic2dm.motion.canonical import to_canonical
+from mimic2dm.motion.format import load_motion2d, save_motion2d
+from mimic2dm.motion.keypoint_sets import load_keypoint_set
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+needs_mocap = pytest.mark.skipif(not MOCAP.is_dir(), reason=f"no shared mocap at {MOCAP}")
+KSET = load_keypoint_set("coco17")
+
+
+@pytest.fixture(scope="module")
+def walk(tmp_path_factory) -> Path:
+    """cmu_walk at 30 fps through two static views with the follow camera's distance, focal
+    length and elevation, with its 3D ground truth."""
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.geometry.virtual import VirtualCameraConfig
+    from mimic2dm.motion.synth import resample, synthesize_views
+
+    clip = load_mocap_keypoints(MOCAP / "cmu_walk.npz")
+    kp = resample(clip.keypoints, clip.fps, 30.0)
+    cfg = VirtualCameraConfig(
+        distance_range=(5.0, 5.0), focal_range=(1400.0, 1400.0), elevation_range_deg=(10.0, 10.0)
+    )
+    m = synthesize_views(kp, clip.keypoint_set, 30.0, num_views=2, seed=4, camera_config=cfg,
+                         labels={"skill": "walk"})  # fmt: skip
+    path = tmp_path_factory.mktemp("walk") / "walk.npz"
+    save_motion2d(m, path)
+    return path
+
+
+@needs_mocap
+def test_replay_generator_gives_back_the_clip(walk: Path):
+    """The replayed features are G of the clip's view; G^-1 from its first root and size gives
+    its pixels back; the stream hands them out 32 at a time and starts over at the end."""
+    m = load_motion2d(walk)
+    gen = replay_generator(walk, views=2)
+    f = gen.data["features"]
+    assert gen.num_views == 2 and gen.model_type == "replay" and f.shape[1] == m.num_frames - 1
+    assert gen.label_id("walk") == 0 and gen.label_id(None) == -1
+    cm = to_canonical(torch.as_tensor(m.keypoints[1]), KSET)
+    pix = anchor_chunk(f[1:2, :32], cm.root0[None], cm.scale0[None], KSET)[0]
+    np.testing.assert_allclose(pix.numpy(), m.keypoints[1, :32], atol=0.5)
+    stream = open_stream(gen, -1, seed=0)
+    chunks = [stream.next_chunk() for _ in range(3)]  # 96 frames of a 76-frame clip
+    assert all(c.shape == (2, 32, f.shape[-1]) for c in chunks)
+    torch.testing.assert_close(chunks[0], f[:, :32])
+    n = f.shape[1]
+    torch.testing.assert_close(chunks[2][:, n - 64 :], f[:, : 96 - n])  # wrapped around
+    with pytest.raises(ValueError, match="3 view"):
+        replay_generator(walk, views=3)
+
+
+@needs_mocap
+def test_match_start_finds_the_frame_and_azimuth(walk: Path):
+    """Motion projected from a known library frame and azimuth is matched to that frame and
+    azimuth (and a far-off pose is not)."""
+    policy, _ = load_models(None, None, True)[:2]
+    from mimic2dm.tasks.registry import build_engine
+    from mimic2dm.tasks.tracking2d.factory import tracking_config
+
+    engine = build_engine(policy.env_spec, 1)
+    try:
+        lib = load_start_library([str(walk)], engine.character, engine.default_state(1),
+                                 tracking_config(policy.env_spec), 30.0)  # fmt: skip
+    finally:
+        engine.close()
+    T = load_motion2d(walk).num_frames
+    assert len(lib.states.root_pos) == T and lib.keypoints3d.shape == (T, 17, 3)
+    assert lib.valid.sum() == T - MATCH_FRAMES and lib.sources == ["reference_3d"]
+    for t0, az in ((10, 75.0), (40, 300.0)):
+        cam = FollowCamera(1, az)
+        kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
+        R, t, k = cam.place(kp[0, list(KSET.root)].mean(0))
+        from mimic2dm.geometry.camera import project_points
+
+        uv, _ = project_points(R[0], t[0], k[0], kp)
+        feats = to_canonical(uv, KSET, window=1).features()[None, :MATCH_FRAMES]
+        m = match_start(lib, feats, FollowCamera(1, 0.0), KSET)
+        assert m["index"] == t0 and m["azimuth_deg"] == az and m["cost"] < 1e-3, m
+    # the library frame's state is where the fitted pose is: its keypoints near the reference
+    assert (
+        float(
+            (lib.states.root_pos[:, :2] - lib.keypoints3d[:, 11:13].mean(1)[:, :2])
+            .norm(dim=-1)
+            .max()
+        )
+        < 0.2
+    )
+
+
+@needs_mocap
+def test_controller_starts_from_the_matched_state(walk: Path):
+    """With a start library the episode begins at the matched state (the character's keypoints
+    are the library frame's, not the default pose's) and views it from the matched azimuth."""
+    policy, _ = load_models(None, None, True)[:2]
+    gen = replay_generator(walk)
+    ctl = Controller(policy, gen)
+    try:
+        lib = load_start_library(
+            [str(walk)], ctl.engine.character, ctl.engine.default_state(1), ctl.cfg, ctl.hz
+        )
+        rec = ctl.run(ControlSettings(seconds=0.5, start_states=lib, azimuth_deg=10.0))
+        plain = ctl.run(ControlSettings(seconds=0.5, azimuth_deg=10.0))
+    finally:
+        ctl.close()
+    i = rec.start["index"]
+    # the replay starts at the clip's first frame: that pose, or the same phase a gait cycle later
+    assert 0 <= i < len(lib.valid) and rec.start["cost"] < 0.05, rec.start
+    assert (
+        rec.azimuth_deg == rec.start["azimuth_deg"]
+        and plain.start is None
+        and plain.azimuth_deg == 10.0
+    )
+    err = (rec.kp3d[0] - lib.keypoints3d[i]).norm(dim=-1).mean()
+    err_plain = (plain.kp3d[0] - lib.keypoints3d[i]).norm(dim=-1).mean()
+    assert float(err) < 0.2 and float(err) < 0.25 * float(err_plain), (float(err), float(err_plain))
+    assert len(rec.uv) == 15 and rec.chunks[0][0] == 0
+
+
+@needs_mocap
+def test_control_cli_reference_and_start_states(tmp_path: Path, walk: Path):
+    out = tmp_path / "c.json"
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--start-states",
+                                   str(walk), "--seconds", "1", "--episodes", "2", "--no-fid", "--json", str(out)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    r = json.loads(out.read_text())
+    assert r["generator_type"] == "replay" and r["generator"] == str(walk)
+    assert r["settings"]["start_states"] == [str(walk)]
+    assert all(
+        "start" in e and e["azimuth_deg"] == e["start"]["azimuth_deg"] for e in r["per_episode"]
+    )
+    # a clip without 3D cannot give start states; --reference and --generator exclude each other
+    m = load_motion2d(walk)
+    import dataclasses
+
+    no3d = tmp_path / "no3d.npz"
+    save_motion2d(dataclasses.replace(m, keypoints3d=None), no3d)
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--start-states",
+                                   str(no3d), "--seconds", "1", "--no-fid"])  # fmt: skip
+    assert res.exit_code == 1 and "no3d" in res.output and "keypoints3d" in res.output
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--generator",
+                                   str(walk), "--seconds", "1", "--no-fid"])  # fmt: skip
+    assert res.exit_code == 1 and "--reference replaces --generator" in res.output
+
+
+@needs_mocap
+def test_control_generator_data_moves_over_the_ground(tmp_path: Path):
+    """``gen_data=cmu_views_control``: static views of 10 s looped clips, so a walk's canonical
+    root velocity is motion over the ground (the follow cameras hold still between chunks)."""
+    import dataclasses
+
+    from mimic2dm.generators.data import build_view_dataset, spec_from_config
+    from omegaconf import OmegaConf
+
+    conf = Path(__file__).resolve().parents[1] / "conf/gen_data/cmu_views_control.yaml"
+    spec = dataclasses.replace(
+        spec_from_config(OmegaConf.load(conf).build), pairs=2, clips=("cmu_walk",)
+    )
+    files = build_view_dataset(tmp_path, spec, MOCAP)
+    assert len(files) == 2
+    K = KSET.num_keypoints
+    for f in files:
+        m = load_motion2d(f)
+        assert m.camera_R.shape[:2] == (2, 1) and m.num_frames >= 300  # static, >= 10 s at 30 fps
+        speed = replay_generator(f, 2).data["features"][..., 2 * K : 2 * K + 2].norm(dim=-1)
+        assert float(speed.median()) > 0.04  # body sizes per frame; tracking views give ~0.01
