@@ -194,6 +194,19 @@ def test_rollouts_feed_generator_loader_and_checkpoint_drives_control(tmp_path, 
     assert abs(float(R[0, 2, :2] @ R[1, 2, :2])) < 0.02  # dynamic cameras pan: nearly orthogonal
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["files"] == 2 and len(manifest["rollouts"]) == 1
+    # static cameras only (for control generators); an unknown mode is refused
+    out2 = tmp_path / "rollouts_static"
+    res = CliRunner().invoke(app, ["rollouts", str(ck), "--data", str(clip), "--out", str(out2), "--sets", "3",
+                                   "--camera-modes", "static"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert all(load_motion2d(f).camera_R.shape[1] == 1 for f in out2.glob("*.npz"))
+    assert (
+        len(list(out2.glob("*.npz"))) == 3
+        and "static" in json.loads((out2 / "manifest.json").read_text())["geometry"]
+    )
+    res = CliRunner().invoke(app, ["rollouts", str(ck), "--data", str(clip), "--out", str(tmp_path / "r3"),
+                                   "--camera-modes", "orbit"])  # fmt: skip
+    assert res.exit_code == 1 and "orbit" in res.output
 
     from mimic2dm.rl.policy import load_policy
 

@@ -220,6 +220,11 @@ def rollouts_cmd(
     random_weights: bool = typer.Option(
         False, "--random-weights", help="An untrained tracker of the checkpoint's run."
     ),
+    camera_modes: str = typer.Option(
+        "static,tracking,dynamic",
+        "--camera-modes",
+        help="Camera modes drawn per set (comma-separated); 'static' for control generators.",
+    ),
     json_out: JsonOption = None,
 ) -> None:
     """Track single-view 2D clips, project the simulated 3D keypoints into V views: generator training data."""
@@ -227,7 +232,8 @@ def rollouts_cmd(
 
     try:
         with library_output_to_log("rollouts"):
-            report = write_rollouts(tracker, data, views, out, sets, seed, random_weights)
+            modes = tuple(m.strip() for m in camera_modes.split(",") if m.strip())
+            report = write_rollouts(tracker, data, views, out, sets, seed, random_weights, modes)
     except (ValueError, FileNotFoundError, KeyError) as e:
         _fail(e)
     typer.echo(f"wrote {report['files']} clips ({views} views each) to {out}", err=bool(json_out))

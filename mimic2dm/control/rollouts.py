@@ -5,7 +5,7 @@ videos); the simulated character's 3D keypoints are recorded and projected into 
 virtual cameras with the geometry of the generators' training pairs
 (``generators/data.py``, ``build_view_dataset``): view ``v`` at azimuth ``a + 90 v`` deg,
 all views with the same elevation, distance and focal length (one camera seed), the
-camera mode drawn per set from static / tracking / dynamic, 1920x1080 at the control
+camera mode drawn per set from static / tracking / dynamic (``--camera-modes``), 1920x1080 at the control
 rate. ``V = 2`` gives exactly the orthogonal pairs of ``gen_data=cmu_views``. Each set is
 one ``.npz`` 2D-motion file (labels copied from the source clip, the simulated 3D
 keypoints kept as ``keypoints3d``), which ``gen_data=dir gen_data.dir=OUT`` accepts.
@@ -99,8 +99,11 @@ def track_clips(policy, data: list[str]) -> tuple[list[dict], object]:
 
 
 def write_rollouts(tracker: str, data: list[str], views: int, out: str | Path, sets: int = 4, seed: int = 0,
-                   random_weights: bool = False) -> dict:  # fmt: skip
+                   random_weights: bool = False, camera_modes: tuple[str, ...] = CAMERA_MODES) -> dict:  # fmt: skip
     """Track ``data`` and write ``sets`` multi-view clips per tracked sequence into ``out``.
+
+    ``camera_modes``: the modes each set's cameras are drawn from (``("static",)`` for
+    generators that drive ``mimic2dm control``, whose cameras hold still between chunks).
 
     Returns:
         The manifest (also written as ``out/manifest.json``).
@@ -110,6 +113,11 @@ def write_rollouts(tracker: str, data: list[str], views: int, out: str | Path, s
     check("--views", views, ge=1, integer=True)
     check("--sets", sets, ge=1, integer=True)
     check("--seed", seed, ge=0, integer=True)
+    bad = [m for m in camera_modes if m not in CAMERA_MODES]
+    if bad or not camera_modes:
+        raise ValueError(
+            f"--camera-modes {','.join(camera_modes)}: each must be one of {', '.join(CAMERA_MODES)}"
+        )
     policy = load_policy(tracker)
     policy = untrained_policy(policy, seed) if random_weights else policy
     rolls, lib = track_clips(policy, data)
@@ -120,7 +128,7 @@ def write_rollouts(tracker: str, data: list[str], views: int, out: str | Path, s
     written, per_seq = [], []
     for r in rolls:
         for j in range(sets):
-            mode = CAMERA_MODES[int(rng.integers(len(CAMERA_MODES)))]
+            mode = camera_modes[int(rng.integers(len(camera_modes)))]
             az, cam_seed = float(rng.uniform(0.0, 360.0)), int(rng.integers(2**31 - 1))
             m = project_views(r["kp3d"], lib.kset.name, fps, views, mode, az, cam_seed, r["labels"])
             m.meta |= {"source": r["clip"], "source_view": r["view"], "tracker": str(tracker),
@@ -131,7 +139,7 @@ def write_rollouts(tracker: str, data: list[str], views: int, out: str | Path, s
             written.append(path.name)
         per_seq.append({k: r[k] for k in ("clip", "view", "success", "error_2d_px")})
     manifest = {"tracker": str(tracker), "random_weights": random_weights, "views": views, "sets": sets, "seed": seed,
-                "geometry": "view v at azimuth a + 90 v deg; same elevation/distance/focal; mode from static/tracking/dynamic",
+                "geometry": f"view v at azimuth a + 90 v deg; same elevation/distance/focal; mode from {'/'.join(camera_modes)}",
                 "files": len(written), "rollouts": per_seq,
                 "success_rate": float(np.mean([r["success"] for r in per_seq]))}  # fmt: skip
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
