@@ -89,6 +89,13 @@ def preprocess_cmd(
             help="Best heading hypotheses fitted on every frame; the lowest final loss is kept.",
         ),
     ] = 2,
+    root_smooth: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            help="Weight of the root's horizontal acceleration term (0: off; 0.5 tried, docs/preprocess.md).",
+        ),
+    ] = 0.0,
     threads: Annotated[
         int,
         typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md)."),
@@ -128,6 +135,7 @@ def preprocess_cmd(
         headings=headings,
         iters=iters,
         finalists=finalists,
+        w_root_smooth=root_smooth,
     )
     inputs = []
     for i, path in enumerate(clips):  # validate everything before the first long fit

@@ -70,6 +70,11 @@ class PreprocessConfig:
     w_skate: float = 0.005
     w_smooth: float = 0.02
     smooth_scale: float = 100.0  # m/s^2
+    # the root's horizontal path: monocular depth along the viewing ray is what 2D constrains
+    # least, so without this a run's root stalls and jumps; off by default: 0.5 cuts the root
+    # velocity error but costs MPJPE on some views (docs/preprocess.md)
+    w_root_smooth: float = 0.0
+    root_smooth_scale: float = 10.0  # m/s^2
     w_prior: float = 0.005
     w_upright: float = 0.1
     w_temporal: float = 5.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
@@ -178,6 +183,8 @@ class _Problem:
             "lowest": cfg.w_lowest * L.lowest_contact(cz),
             "skate": cfg.w_skate * L.foot_skate(contact, m.contact_radius, self.fps),
             "smooth": cfg.w_smooth * L.smoothness(kp, self.fps, cfg.smooth_scale),
+            "root_smooth": cfg.w_root_smooth
+            * L.smoothness(v["root_pos"][..., :2], self.fps, cfg.root_smooth_scale),
             "prior": cfg.w_prior * L.pose_prior(v["dof_pos"]),
             "upright": cfg.w_upright * L.upright(up_z),
             "limits": cfg.w_limits * L.joint_limits(v["dof_pos"], m.lower, m.upper),

@@ -14,7 +14,14 @@ heights are not aligned). Pose errors need no such alignment:
   ``reprojection_gt_px``: the same against the noise-free projection of the ground truth;
 - ``camera_rotation_deg`` / ``camera_position_m``: mean over frames of the angle of
   ``R_gt^T R_est`` and of the distance between camera centres, after the alignment;
-- ``focal_error_pct``: relative error of the focal length.
+- ``focal_error_pct``: relative error of the focal length;
+- ``root_trajectory_mm``: mean distance between the estimated and the true root (the set's
+  ``root`` keypoints' mean), after the same alignment. Root-aligned MPJPE cannot see it: a
+  root that stalls and jumps along the viewing ray, or a path shrunk by a wrong focal length,
+  shows here;
+- ``root_velocity_error_m_s``: mean norm of the difference of the horizontal root
+  velocities (central differences, the estimate turned by the alignment), what the tracker's
+  initial states inherit.
 """
 
 from __future__ import annotations
@@ -108,6 +115,10 @@ def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict
     ce = -np.einsum("tji,tj->ti", Re, te)
     ca = ce @ A.T + b
     cg = -np.einsum("tji,tj->ti", Rg, tg)
+    root = list(kset.root)
+    re_, rg = e3[:, root].mean(1) @ A.T + b, g3[:, root].mean(1)
+    fps = float(clip.fps)
+    ve, vg = (np.gradient(x[:, :2], axis=0) * fps for x in (re_, rg))
     return {
         "frames": T,
         "reprojection_px": float(err[mask].mean()) if mask.any() else float("nan"),
@@ -117,4 +128,6 @@ def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict
         "camera_rotation_deg": float(numpy_rotation_angle(Rg, Ra).mean()),
         "camera_position_m": float(np.linalg.norm(ca - cg, axis=-1).mean()),
         "focal_error_pct": float(100.0 * np.abs(ke[:, 0] / kg[:, 0] - 1.0).mean()),
+        "root_trajectory_mm": float(np.linalg.norm(re_ - rg, axis=-1).mean() * 1000.0),
+        "root_velocity_error_m_s": float(np.linalg.norm(ve - vg, axis=-1).mean()),
     }
