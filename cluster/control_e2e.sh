@@ -8,7 +8,7 @@
 # controlled episode starts from the state of the tracker's training clips that matches the first
 # generated frames (--start-states, docs/control.md).
 #   cluster/control_e2e.sh TRACKER_RUN [OUT=runs/control_e2e] [EPISODES=20] [STEPS_SCALE=1]
-# TRACKER_RUN: a run of `mimic2dm-train data=cmu_all task.view_mode=virtual ...` (docs/control.md; its data/ holds
+# TRACKER_RUN: a run of `mimic2dm-train data=cmu_all_10s task.view_mode=virtual ...` (docs/control.md; its data/ holds
 # the single-view clips the rollouts follow). STEPS_SCALE multiplies the generators' steps;
 # CONTROL_SECONDS (default 10) is the length of each controlled episode.
 set -euo pipefail

@@ -347,9 +347,10 @@ def test_root_smoothing_keeps_a_run_from_stalling_along_the_viewing_ray(tmp_path
     on, out_on = _preprocess(tmp_path / "on", m, ["--root-smooth", "0.5"])
     assert on["root_velocity_error_m_s"] < 0.75 * off["root_velocity_error_m_s"]
     assert on["root_trajectory_mm"] > 0.0 and on["mpjpe_mm"] <= 80.0
-    speed = lambda out: np.linalg.norm(
-        load_motion2d(out / "clip.npz").init_root_lin_vel[:, :2], axis=-1
-    )  # noqa: E731
+
+    def speed(out):
+        return np.linalg.norm(load_motion2d(out / "clip.npz").init_root_lin_vel[:, :2], axis=-1)
+
     s_off, s_on = speed(out_off), speed(out_on)
     # a steady run: the slowest frame is no longer a stall
     assert s_on.min() > 0.5 * np.median(s_on)

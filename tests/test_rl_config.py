@@ -203,6 +203,15 @@ def test_cmu_all_data_config_lists_the_three_shared_clips():
     assert all(c["make"]["ground"] for c in cfg.data.clips)  # grounded like data=cmu_walk
 
 
+def test_cmu_all_10s_loops_each_clip_to_ten_seconds():
+    """``conf/data/cmu_all_10s.yaml`` (docs/control.md): the same three clips, looped to 10 s."""
+    base = compose_config(["data=cmu_all"]).data.clips
+    cfg = compose_config(["data=cmu_all_10s", "task.view_mode=virtual", "task.camera_mode=tracking"])
+    validate_config(cfg)
+    assert [c["make"]["mocap"] for c in cfg.data.clips] == [c["make"]["mocap"] for c in base]
+    assert all(c["make"]["seconds"] == 10.0 and c["make"]["ground"] for c in cfg.data.clips)
+
+
 def test_synth_recipes_label_clips_with_their_skill(tmp_path):
     """Clips made by `synth` recipes carry ``skill`` (the mocap stem without ``cmu_``), which
     `mimic2dm rollouts` copies into the two-view generator's data; a recipe's `labels` wins."""
