@@ -206,7 +206,9 @@ def test_cmu_all_data_config_lists_the_three_shared_clips():
 def test_cmu_all_10s_loops_each_clip_to_ten_seconds():
     """``conf/data/cmu_all_10s.yaml`` (docs/control.md): the same three clips, looped to 10 s."""
     base = compose_config(["data=cmu_all"]).data.clips
-    cfg = compose_config(["data=cmu_all_10s", "task.view_mode=virtual", "task.camera_mode=tracking"])
+    cfg = compose_config(
+        ["data=cmu_all_10s", "task.view_mode=virtual", "task.camera_mode=tracking"]
+    )
     validate_config(cfg)
     assert [c["make"]["mocap"] for c in cfg.data.clips] == [c["make"]["mocap"] for c in base]
     assert all(c["make"]["seconds"] == 10.0 and c["make"]["ground"] for c in cfg.data.clips)
