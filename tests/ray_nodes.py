@@ -77,6 +77,13 @@ def ray_env(**extra: str) -> dict[str, str]:
     return env
 
 
+START_ATTEMPTS = 3
+
+
+class NodeExited(RuntimeError):
+    """A `ray start` process ended while its node should be coming up."""
+
+
 class Node:
     """One `ray start --block` process tree (kill it with :meth:`kill`)."""
 
@@ -147,31 +154,48 @@ class TwoNodes:
         tag, self.last_error = uuid.uuid4().hex[:6], None
         # Short temp dirs: Ray's session socket paths must stay under 107 chars.
         self.head_tmp, self.worker_tmp = f"/tmp/m2d_h_{tag}", f"/tmp/m2d_w_{tag}"
-        gcs, dash, client = free_ports(3)
-        self.gcs, self.address = f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}"
         self.env = ray_env(**FAST_FAILURE_DETECTION)
         self.nodes: list[Node] = []
         try:
-            self.head = self._start(
-                ["--head", f"--port={gcs}", f"--num-cpus={head_cpus}", "--include-dashboard=true",
-                 "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
-                 '--resources={"head": 1}', *node_ports()],
-                self.head_tmp, tmp / "head.log",
+            self.head = self._start_until_up(lambda: self._head_args(head_cpus), self.head_tmp,
+                                             tmp / "head.log", n_alive=1)  # fmt: skip
+            self.worker = self._start_until_up(
+                lambda: [f"--address={self.gcs}", f"--num-cpus={worker_cpus}",
+                         '--resources={"worker": 1}', *node_ports()],
+                self.worker_tmp, tmp / "worker.log", n_alive=2,
             )  # fmt: skip
-            self.wait_for_nodes(1, timeout_s=180)
-            self.worker = self._start(
-                [f"--address={self.gcs}", f"--num-cpus={worker_cpus}", '--resources={"worker": 1}', *node_ports()],
-                self.worker_tmp, tmp / "worker.log",
-            )  # fmt: skip
-            self.wait_for_nodes(2, timeout_s=180)
         except BaseException:
             self.close()
             raise
 
-    def _start(self, args: list[str], temp_dir: str, log: Path) -> Node:
-        node = Node(args, temp_dir, self.env, log)
-        self.nodes.append(node)
-        return node
+    def _head_args(self, cpus: int) -> list[str]:
+        """The head's flags, on ports picked now (a retried start gets new ones)."""
+        gcs, dash, client = free_ports(3)
+        self.gcs, self.address = f"127.0.0.1:{gcs}", f"http://127.0.0.1:{dash}"
+        return ["--head", f"--port={gcs}", f"--num-cpus={cpus}", "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
+                '--resources={"head": 1}', *node_ports()]  # fmt: skip
+
+    def _start_until_up(self, make_args, temp_dir: str, log: Path, n_alive: int,
+                        attempts: int = START_ATTEMPTS) -> Node:  # fmt: skip
+        """Start a node and wait until ``n_alive`` nodes are alive; a `ray start` that exits
+        during start-up is started again, up to ``attempts`` times. (`ray start` gives its
+        raylet a fixed 30 s to register with GCS, which a busy 2-core CI machine can miss:
+        CI saw "The current node timed out during startup".)"""
+        for attempt in range(1, attempts + 1):
+            node = Node(make_args(), temp_dir, self.env, log.with_suffix(f".{attempt}.log"))
+            self.nodes.append(node)
+            try:
+                self.wait_for_nodes(n_alive, timeout_s=180)
+                return node
+            except NodeExited:
+                if attempt == attempts:
+                    raise
+                node.kill()
+                self.nodes.remove(node)
+                shutil.rmtree(temp_dir, ignore_errors=True)
+                time.sleep(2.0)
+        raise AssertionError("unreachable")
 
     def alive_nodes(self) -> list[dict]:
         """Alive nodes as the state API lists them (``[]`` while the dashboard is not up)."""
@@ -191,7 +215,7 @@ class TwoNodes:
         while len(self.alive_nodes()) < n:
             for node in self.nodes:
                 if node.proc.poll() is not None:
-                    raise RuntimeError(
+                    raise NodeExited(
                         f"ray start exited ({node.proc.returncode}): {Path(node.log.name).read_text()[-3000:]}"
                     )
             if time.monotonic() - t0 > timeout_s:
