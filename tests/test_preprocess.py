@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -330,10 +333,14 @@ def test_preprocess_dog_and_dynamic_camera_run(tmp_path):
 
 
 @needs_mocap
-@pytest.mark.parametrize("clip", ["cmu_run", "cmu_hop"])
-def test_preprocess_run_and_hop_meet_the_accuracy_target(tmp_path, clip):
-    """The issue's noise-free target on the seed-0 view (limb depth flips needed)."""
-    r, _ = _preprocess(tmp_path, _synth(clip))
+@pytest.mark.parametrize(
+    ("clip", "seed"), [("cmu_run", 0), ("cmu_hop", 0), ("cmu_run", 3), ("cmu_hop", 7)]
+)
+def test_preprocess_run_and_hop_meet_the_accuracy_target(tmp_path, clip, seed):
+    """The issue's noise-free target on the seed-0 views (limb depth flips needed), and on
+    the two views that 10 Levenberg-Marquardt iterations per stage left over it (83, 87 mm:
+    a right arm and leg mirrored in depth on every frame)."""
+    r, _ = _preprocess(tmp_path, _synth(clip, seed=seed))
     assert r["reprojection_px"] <= 5.0
     assert r["mpjpe_mm"] <= 80.0
 
@@ -449,3 +456,25 @@ def test_bench_preprocess_reports_both_runs(tmp_path):
     assert r["frames"] == 30 and r["threads"] == 1
     for name in ("all_hypotheses", "one_hypothesis"):
         assert r[name]["frames_per_s"] > 0 and "seconds_hypotheses" in r[name]["stages_s"]
+
+
+@needs_mocap
+def test_the_accuracy_grid_script_scores_the_views_it_is_given(tmp_path):
+    """`cluster/preprocess_grid.py` (docs/preprocess.md's tables): data synth -> strip -> fit ->
+    report per view, with `PreprocessConfig` overrides and a JSON of every view."""
+    script = Path(__file__).resolve().parents[1] / "cluster" / "preprocess_grid.py"
+    out = tmp_path / "grid.json"
+    args = [sys.executable, str(script), "--set", "all", "--views", "dog_pace,walk_h5",
+            "--override", "lm_iters=3", "--override", "headings=2", "--workers", "1", "--json", str(out)]  # fmt: skip
+    res = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "MIMIC2DM_SHARED": str(MOCAP.parents[1])})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["overrides"] == {"lm_iters": 3, "headings": 2}
+    assert [r["view"] for r in doc["views"]] == ["dog_pace", "walk_h5"]
+    assert [r["character"] for r in doc["views"]] == ["dog", "humanoid"]
+    for r in doc["views"]:
+        assert 0.0 < r["mpjpe_mm"] < 300.0 and 0.0 <= r["reprojection_px"] < 20.0
+    walk = doc["views"][1]["mpjpe_mm"]
+    assert doc["summary"]["mean_mpjpe_mm_noise_free_humanoid"] == pytest.approx(walk)
+    bad = subprocess.run([*args[:4], "--views", "no_such_view"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "no_such_view not in --set all" in bad.stderr
