@@ -113,13 +113,16 @@ class Node:
         return None
 
     def kill(self) -> list[int]:
-        """SIGKILL every process of this node; returns their PIDs."""
+        """SIGKILL every process of this node; returns their PIDs. (Its process group too:
+        after `ray start` has exited, its GCS and raylet are no longer its children.)"""
         procs = self.processes()
         for p in procs:
             try:
                 p.send_signal(signal.SIGKILL)
             except psutil.NoSuchProcess:
                 pass
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)  # start_new_session: pgid == pid
         psutil.wait_procs(procs, timeout=10)
         try:
             self.proc.wait(timeout=10)  # reap `ray start`
