@@ -113,3 +113,38 @@ def test_control_e2e_script_runs_every_experiment_at_a_tiny_scale(tmp_path):
     two = json.loads((out / "table3" / "gpt_multiview_rollouts_walk.json").read_text())
     assert two["views"] == 2 and len(two["per_episode"][0]["error_2d_px_per_view"]) == 2
     assert len((out / "table3.md").read_text().splitlines()) == 2 + 9
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_path):
+    """`cluster/compare_baselines.sh BUDGET OUT OVERRIDES` with `METHODS` (issue 11's Table 1):
+    synth -> strip -> preprocess, a 2D run from the preprocessed clip and a 3D-GT run, each
+    for the budget, then `mimic2dm compare` over the rows that were trained."""
+    shared = ROOT.parent / "shared"
+    if not (shared / "data" / "mocap" / "cmu_walk.npz").is_file():
+        pytest.skip(f"no shared mocap under {shared}")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "WANDB_MODE": "offline",
+           "MIMIC2DM_SHARED": str(shared), "CLIPS": "cmu_walk", "METHODS": "mimic2dm gt3d"}  # fmt: skip
+    tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
+    res = subprocess.run(["bash", "cluster/compare_baselines.sh", "15", str(tmp_path), *tiny],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    D = tmp_path / "cmu_walk"
+    report = json.loads((D / "clips" / "pre" / "report.json").read_text())["clips"][0]
+    assert report["mpjpe_mm"] < 150.0
+    assert not (D / "mimic2dm_oracle").exists() and not (D / "sfv").exists()
+    for run in ("mimic2dm", "gt3d"):
+        summary = json.loads((D / run / "summary.json").read_text())
+        assert summary["epochs"] >= 1 and (D / run / "checkpoints" / "last.pt").is_file()
+    rows = json.loads((D / "table.json").read_text())["rows"]
+    assert [(Path(r["run"]).name, r["task"]) for r in rows] == [
+        ("mimic2dm", "tracking2d"),
+        ("gt3d", "tracking3d"),
+    ]
+    assert all(r["error_2d_px"] > 0 and r["mpjpe_mm"] > 0 for r in rows)
+    assert "Mimic2DM (preprocessed)" in (D / "table.md").read_text()
+    assert "## cmu_walk" in res.stdout
+    bad = subprocess.run(["bash", "cluster/compare_baselines.sh", "15", str(tmp_path / "bad")], cwd=ROOT,
+                         env={**env, "METHODS": "nope"}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 2 and "unknown method nope" in bad.stderr
