@@ -11,6 +11,10 @@ set -euo pipefail
 BUDGET=${1:-3600}
 OUT=$(realpath -m "${2:-runs/baselines}")
 EXTRA=("${@:3}")
+ALL="mimic2dm mimic2dm_oracle gt3d sfv"
+for method in ${METHODS:-$ALL}; do  # before any work
+  case " $ALL " in *" $method "*) ;; *) echo "unknown method $method ($ALL)" >&2; exit 2 ;; esac
+done
 SHARED=${MIMIC2DM_SHARED:-$(dirname "$(realpath "$0")")/../../shared}
 export WANDB_MODE=${WANDB_MODE:-offline}
 for clip in ${CLIPS:-cmu_walk cmu_run cmu_hop}; do
@@ -26,17 +30,16 @@ for clip in ${CLIPS:-cmu_walk cmu_run cmu_hop}; do
     mimic2dm-train data=files "data.clips=[{file: $ref}]" train.max_seconds="$BUDGET" train.max_epochs=100000000 \
         progress=false run_dir="$D/$run" "$@" ${EXTRA[@]+"${EXTRA[@]}"}
   }
-  for method in ${METHODS:-mimic2dm mimic2dm_oracle gt3d sfv}; do
+  for method in ${METHODS:-$ALL}; do
     case $method in
       mimic2dm) train mimic2dm "$D/clips/pre/${clip}_video.npz" ;;
       mimic2dm_oracle) train mimic2dm_oracle "$D/clips/$clip.npz" ;;
       gt3d) train gt3d "$D/clips/$clip.npz" task=tracking3d ;;
       sfv) train sfv "$D/clips/pre/${clip}_video_motion3d.npz" task=tracking3d ;;
-      *) echo "unknown method $method (mimic2dm mimic2dm_oracle gt3d sfv)" >&2; exit 2 ;;
     esac
   done
   runs=()
-  for method in mimic2dm mimic2dm_oracle gt3d sfv; do
+  for method in $ALL; do
     if [ -d "$D/$method" ]; then runs+=("$D/$method"); fi
   done
   mimic2dm compare "${runs[@]}" --data "$D/clips/$clip.npz" --json "$D/table.json" --markdown "$D/table.md"
