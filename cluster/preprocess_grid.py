@@ -93,7 +93,22 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
+    if bad := [o for o in a.override if "=" not in o]:
+        ap.error(f"--override {bad[0]!r}: expected KEY=VALUE")
     overrides = {k: _value(v) for k, v in (o.split("=", 1) for o in a.override)}
+    from dataclasses import fields
+
+    from mimic2dm.preprocess.optimize import PreprocessConfig
+
+    known = {f.name for f in fields(PreprocessConfig)}
+    if unknown := sorted(set(overrides) - known):
+        ap.error(
+            f"--override {', '.join(unknown)}: not a PreprocessConfig field ({', '.join(sorted(known))})"
+        )
+    try:
+        PreprocessConfig(**overrides)
+    except (TypeError, ValueError) as e:
+        ap.error(f"--override: {e}")
     vs = views(a.set)
     if a.views:
         wanted, known = a.views.split(","), {v[0] for v in vs}

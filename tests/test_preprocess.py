@@ -478,3 +478,5 @@ def test_the_accuracy_grid_script_scores_the_views_it_is_given(tmp_path):
     assert doc["summary"]["mean_mpjpe_mm_noise_free_humanoid"] == pytest.approx(walk)
     bad = subprocess.run([*args[:4], "--views", "no_such_view"], capture_output=True, text=True)
     assert bad.returncode == 2 and "no_such_view not in --set all" in bad.stderr
+    bad = subprocess.run([*args[:4], "--override", "lm_itres=3"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "lm_itres: not a PreprocessConfig field" in bad.stderr
