@@ -148,3 +148,75 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
     bad = subprocess.run(["bash", "cluster/compare_baselines.sh", "15", str(tmp_path / "bad")], cwd=ROOT,
                          env={**env, "METHODS": "nope"}, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert bad.returncode == 2 and "unknown method nope" in bad.stderr
+
+
+def _script_env() -> dict:
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "WANDB_MODE": "offline"}
+
+
+def test_generated_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
+    """`cluster/generated_tracker.sh`: a missing generator, a bad N or a missing real clip is a
+    usage error (exit 2) naming it, and nothing is written."""
+    script = str(ROOT / "cluster" / "generated_tracker.sh")
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    cases = [
+        ([str(tmp_path / "nope"), str(tmp_path / "o1")], {}, "no generator run or checkpoint"),
+        ([str(gen), str(tmp_path / "o2"), "x"], {}, "N must be a positive integer, got 'x'"),
+        ([str(gen), str(tmp_path / "o3"), "2", "walk", "1.5"], {}, "SECONDS must be a positive integer"),
+        ([str(gen), str(tmp_path / "o4")], {"REAL_CLIPS": str(tmp_path / "missing.npz")}, "REAL_CLIPS: no file"),
+        ([str(gen)], {}, "usage:"),
+    ]  # fmt: skip
+    for args, extra, message in cases:
+        res = subprocess.run(["bash", script, *args], cwd=tmp_path, env={**_script_env(), **extra},
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_generated_tracker_script_samples_preprocesses_and_trains(tmp_path):
+    """`cluster/generated_tracker.sh GEN OUT 2 walk 600 -- overrides` on a 2-step diffusion
+    generator: two sampled walks, each preprocessed (camera and initial states), one tracker
+    trained on them and a real clip; a second call reuses the clips and resumes nothing else."""
+    import numpy as np
+    from generator_helpers import HAVE_MOCAP
+
+    if not HAVE_MOCAP:
+        pytest.skip("shared mocap missing")
+    env = _script_env()
+    gen = tmp_path / "gen"
+    subprocess.run(["mimic2dm-train-generator", "model=diffusion", "gen_data=cmu_views_control",
+                    "gen_data.build.pairs=2", "gen_data.build.heldout_pairs=1", f"run_dir={gen}",
+                    "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
+                    "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
+    real = tmp_path / "real.npz"
+    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
+                    str(real), "--seconds", "1.5", "--camera", "static", "--ground", "--seed", "0"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    out = tmp_path / "out"
+    tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
+    cmd = ["bash", str(ROOT / "cluster" / "generated_tracker.sh"), str(gen), str(out), "2", "walk", "600", "--",
+           *tiny, "train.max_epochs=1", "logger.tensorboard=false"]  # fmt: skip
+    env = {**env, "FRAMES": "45", "REAL_CLIPS": str(real)}
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert sorted(p.name for p in (out / "clips").iterdir()) == ["walk_0.npz", "walk_1.npz"]
+    a, b = (np.load(out / "clips" / f"walk_{i}.npz", allow_pickle=True)["keypoints"] for i in (0, 1))
+    assert a.shape == (1, 45, 17, 2) and not np.allclose(a, b)  # seeds 1000 and 1001
+    for i in (0, 1):
+        pre = np.load(out / "pre" / f"walk_{i}.npz", allow_pickle=True)
+        assert pre["camera_R"].shape == (1, 1, 3, 3) and pre["init_root_pos"].shape == (45, 3)
+    cfg = (out / "tracker" / "config.yaml").read_text()
+    assert str(real) in cfg and str(out / "pre" / "walk_1.npz") in cfg and "_motion3d" not in cfg
+    summary = json.loads((out / "tracker" / "summary.json").read_text())
+    assert summary["epochs"] == 1 and (out / "tracker" / "checkpoints" / "last.pt").is_file()
+    # the sampled clips are kept: a second call with a new output run samples nothing again
+    stamp = (out / "clips" / "walk_0.npz").stat().st_mtime_ns
+    cmd[cmd.index("--") :] = ["--", *tiny, "train.max_epochs=1", "logger.tensorboard=false",
+                              f"run_dir={tmp_path / 'again'}"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert (out / "clips" / "walk_0.npz").stat().st_mtime_ns == stamp
+    assert (tmp_path / "again" / "checkpoints" / "last.pt").is_file()
