@@ -108,6 +108,44 @@ def test_match_start_finds_the_frame_and_azimuth(walk: Path):
 
 
 @needs_mocap
+def test_start_library_takes_clips_made_by_preprocess(tmp_path: Path, walk: Path):
+    """A clip made by `mimic2dm preprocess` (no ``keypoints3d``) is a start library: its states
+    are the preprocessed ones and its frames are matched on the preprocessing's own 3D estimate
+    (``est_keypoints3d``), so a view of a known estimated frame is matched back to it."""
+    from mimic2dm.geometry.camera import project_points
+    from mimic2dm.tasks.registry import build_engine
+    from mimic2dm.tasks.tracking2d.factory import tracking_config
+
+    runner = CliRunner()
+    stripped = tmp_path / "video.npz"
+    assert runner.invoke(app, ["data", "strip", str(walk), "--out", str(stripped)]).exit_code == 0
+    res = runner.invoke(app, ["preprocess", str(stripped), "--out", str(tmp_path / "pre"), "--no-progress",
+                              "--view", "0", "--headings", "2", "--finalists", "1", "--iters", "10"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    pre = tmp_path / "pre" / "video.npz"
+    m = load_motion2d(pre)
+    assert m.keypoints3d is None and m.est_keypoints3d is not None and m.has_initial_states
+    policy, _ = load_models(None, None, True)[:2]
+    engine = build_engine(policy.env_spec, 1)
+    try:
+        lib = load_start_library([str(pre)], engine.character, engine.default_state(1),
+                                 tracking_config(policy.env_spec), 30.0)  # fmt: skip
+    finally:
+        engine.close()
+    assert lib.sources == ["preprocessed"]
+    np.testing.assert_allclose(lib.keypoints3d.numpy(), m.est_keypoints3d, atol=1e-5)
+    # the states are the preprocessed ones (grounding may lift them, never move them sideways)
+    np.testing.assert_allclose(lib.states.root_pos[:, :2].numpy(), m.init_root_pos[:, :2], atol=1e-5)
+    t0, az = 20, 120.0
+    kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
+    R, t, k = FollowCamera(1, az).place(kp[0, list(KSET.root)].mean(0))
+    uv, _ = project_points(R[0], t[0], k[0], kp)
+    feats = to_canonical(uv, KSET, window=1).features()[None, :MATCH_FRAMES]
+    found = match_start(lib, feats, FollowCamera(1, 0.0), KSET)
+    assert found["index"] == t0 and found["azimuth_deg"] == az and found["cost"] < 1e-3, found
+
+
+@needs_mocap
 def test_controller_starts_from_the_matched_state(walk: Path):
     """With a start library the episode begins at the matched state (the character's keypoints
     are the library frame's, not the default pose's) and views it from the matched azimuth."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from mimic2dm.control.reference import FollowCamera
@@ -64,7 +65,7 @@ def load_start_library(
         cfg: the tracker's ``TrackingConfig`` (initial-state settings); control_hz: its rate.
 
     Raises:
-        ValueError: a clip has no 3D keypoints (initial states need 3D or preprocessing).
+        ValueError: a clip has neither 3D keypoints nor preprocessed states of this character.
     """
     from mimic2dm.tasks.tracking2d.initial import (
         ground_states,
@@ -75,22 +76,42 @@ def load_start_library(
 
     lib = ReferenceLibrary.from_files(list(paths), control_hz, view_mode="clip")
     sources = initial_state_sources(lib, character, "auto")
-    for clip, src in zip(lib.clips, sources, strict=True):
-        if src == "default_pose" or clip.keypoints3d is None:
+    kps = []
+    for path, clip, src in zip(paths, lib.clips, sources, strict=True):
+        kp3d = clip.keypoints3d if src == "reference_3d" else None
+        if src == "preprocessed":  # match on the preprocessing's own 3D estimate (the states' source)
+            kp3d = _estimated_keypoints(path, control_hz, clip.num_frames)
+        if kp3d is None:
             raise ValueError(
-                f"--start-states {clip.name}: the clip has no 3D keypoints (keypoints3d); start states "
-                "need a synthetic clip with 3D ground truth or one made by `mimic2dm preprocess`"
+                f"--start-states {clip.name}: the clip has neither 3D keypoints (keypoints3d) nor "
+                "preprocessed states of this character (init_*, est_keypoints3d); start states need a "
+                "synthetic clip with 3D ground truth or one made by `mimic2dm preprocess`"
             )
+        kps.append(torch.as_tensor(kp3d, dtype=torch.float32))
     states = initial_states(lib, template, character, "auto", cfg.initial_level_feet)
     if cfg.initial_ground:
         states, _ = ground_states(states, character)
-    kp = torch.cat([torch.as_tensor(c.keypoints3d, dtype=torch.float32) for c in lib.clips])
+    kp = torch.cat(kps)
     valid = torch.zeros(kp.shape[0], dtype=torch.bool)
     for off, n in zip(lib.offsets.tolist(), lib.lengths.tolist(), strict=True):
         valid[off : off + max(0, n - MATCH_FRAMES)] = True
     if not valid.any():
         raise ValueError(f"--start-states: every clip is shorter than {MATCH_FRAMES + 1} frames")
     return StartLibrary(states, kp, valid, sources, [str(p) for p in paths])
+
+
+def _estimated_keypoints(path, control_hz: float, frames: int) -> torch.Tensor | None:
+    """A preprocessed clip's ``est_keypoints3d`` resampled to ``control_hz`` (``None`` if absent)."""
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.motion.synth import resample
+
+    m = load_motion2d(path)
+    if m.est_keypoints3d is None:
+        return None
+    x = np.asarray(m.est_keypoints3d, dtype=np.float32)
+    if abs(m.fps - control_hz) > 1e-6:
+        x = resample(x, m.fps, control_hz)
+    return torch.as_tensor(x[:frames], dtype=torch.float32)
 
 
 def _descriptor(uv: torch.Tensor, kset: KeypointSet) -> tuple[torch.Tensor, torch.Tensor]:
