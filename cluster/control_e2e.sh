@@ -21,7 +21,7 @@ export WANDB_MODE=${WANDB_MODE:-offline}
 steps() { python3 -c "import sys; print(max(1, round($1 * float(sys.argv[1]))))" "$SCALE"; }
 G=$OUT/generators
 GD=gen_data=cmu_views_control
-REAL=$PWD/runs/gen_data/cmu_views_control/heldout  # built (relative to the working directory) by the jobs below
+REAL=$PWD/runs/gen_data/cmu_views_control_el10/heldout  # built (relative to the working directory) by the jobs below
 mkdir -p "$G" "$OUT/table3"
 CLIPS=()
 START=()

@@ -19,6 +19,7 @@ mimic2dm.generators.data --out DIR``, or the ``gen_data`` Hydra group).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass
@@ -413,6 +414,10 @@ class ViewDatasetSpec:
         fps: resample the 3D clips to this rate before projecting.
         camera_modes: modes drawn per pair (``static``, ``tracking``, ``dynamic``).
         noise_px, drop_prob: detector noise and dropped keypoints (see ``synth``).
+        elevation_range_deg: camera elevation range of every pair (``None``: DESIGN's
+            ``VirtualCameraConfig`` default, -10 to 35 deg); the controller's follow camera is
+            at 10 deg, and canonical 2D motion seen from another elevation cannot be matched
+            by the character seen from 10 deg (docs/control.md).
         min_seconds: a clip shorter than this is looped (its gait cycle repeated with the
             root motion carried on, :func:`mimic2dm.motion.looping.loop_keypoints`) until it
             lasts this long; the dog clips are single cycles, shorter than a 32-frame window.
@@ -427,11 +432,14 @@ class ViewDatasetSpec:
     noise_px: float = 0.0
     drop_prob: float = 0.0
     min_seconds: float = 0.0
+    elevation_range_deg: tuple[float, float] | None = None
 
     def digest(self) -> str:
         d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         if not d["min_seconds"]:  # specs from before looping existed keep their digest
             del d["min_seconds"]
+        if d["elevation_range_deg"] is None:  # and so do specs from before the elevation option
+            del d["elevation_range_deg"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -451,6 +459,8 @@ def _pair(
     views = []
     for a in (az, az + 90.0):
         cfg = VirtualCameraConfig(azimuth_range_deg=(a, a))
+        if spec.elevation_range_deg is not None:
+            cfg = dataclasses.replace(cfg, elevation_range_deg=tuple(spec.elevation_range_deg))
         views.append(synthesize_views(kp3, kset, fps, num_views=1, camera=mode, seed=seed, noise_px=spec.noise_px,
                                       drop_prob=spec.drop_prob, camera_config=cfg, labels={"skill": label}))  # fmt: skip
     cat = {}
@@ -534,7 +544,20 @@ def spec_from_config(
         clips=tuple(build.clips), pairs=int(build[pairs_key]), seed=int(build[seed_key]), fps=float(build.fps),
         camera_modes=tuple(build.camera_modes), noise_px=float(build.noise_px), drop_prob=float(build.drop_prob),
         min_seconds=float(build.get("min_seconds") or 0.0),
+        elevation_range_deg=_range_or_none(build.get("elevation_range_deg")),
     )  # fmt: skip
+
+
+def _range_or_none(r: Any) -> tuple[float, float] | None:
+    """A ``[lo, hi]`` config entry as a float pair (``None`` stays ``None``)."""
+    if r is None:
+        return None
+    lo, hi = (float(x) for x in r)
+    if lo > hi:
+        raise ValueError(
+            f"gen_data.build.elevation_range_deg: expected [lo, hi] with lo <= hi, got {list(r)}"
+        )
+    return (lo, hi)
 
 
 def ensure_view_dataset(

@@ -151,7 +151,11 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
 
 
 def _script_env() -> dict:
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "WANDB_MODE": "offline"}
+    return {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "WANDB_MODE": "offline",
+    }
 
 
 def test_generated_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
@@ -203,7 +207,9 @@ def test_generated_tracker_script_samples_preprocesses_and_trains(tmp_path):
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert sorted(p.name for p in (out / "clips").iterdir()) == ["walk_0.npz", "walk_1.npz"]
-    a, b = (np.load(out / "clips" / f"walk_{i}.npz", allow_pickle=True)["keypoints"] for i in (0, 1))
+    a, b = (
+        np.load(out / "clips" / f"walk_{i}.npz", allow_pickle=True)["keypoints"] for i in (0, 1)
+    )
     assert a.shape == (1, 45, 17, 2) and not np.allclose(a, b)  # seeds 1000 and 1001
     for i in (0, 1):
         pre = np.load(out / "pre" / f"walk_{i}.npz", allow_pickle=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -12,7 +13,7 @@ from mimic2dm.cli import app
 from mimic2dm.control.controller import Controller, ControlSettings, parse_switch
 from mimic2dm.control.reference import FollowCamera, anchor_chunk, character_anchor
 from mimic2dm.control.run import load_models
-from mimic2dm.motion.canonical import root_2d
+from mimic2dm.motion.canonical import body_scale, root_2d
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -48,6 +49,37 @@ def test_anchor_known_answer():
     assert torch.allclose(pix[:, 0], local * scale[:, None, None] + root[:, None], atol=1e-3)
     r = root_2d(pix[0], torch.ones(5, K, dtype=torch.bool), kset)
     assert torch.allclose(r[:, 0] - 900.0, 15.0 * torch.arange(5.0), atol=1e-3)
+
+
+def test_depth_rescale_converts_the_size_velocity_to_the_anchor_size():
+    """With ``data_scale`` the generated log-size velocity is multiplied by the anchor size over
+    the data's size (depth motion keeps its speed in metres at a nearer camera); the root's
+    velocity in body sizes is unchanged; without it the features are used as they are."""
+    kset = load_keypoint_set("coco17")
+    K = kset.num_keypoints
+    local = torch.randn(K, 2) * 0.3
+    feats = torch.zeros(1, 11, 2 * K + 3)
+    feats[..., : 2 * K] = local.reshape(-1)
+    feats[..., 2 * K] = 0.05  # body sizes per frame, to the right
+    feats[..., 2 * K + 2] = 0.01  # log body size per frame: walking towards the camera
+    root, scale = torch.tensor([[900.0, 600.0]]), torch.tensor([150.0])
+    sizes, steps = {}, []
+    for data_scale in (None, 150.0, 50.0):
+        pix = anchor_chunk(feats, root, scale, kset, data_scale)[0]
+        s = body_scale(pix, torch.ones(11, K, dtype=torch.bool), kset, window=1)
+        sizes[data_scale] = float(s[10] / s[0])
+        r = root_2d(pix, torch.ones(11, K, dtype=torch.bool), kset)
+        steps.append((r[1:, 0] - r[:-1, 0]) / s[:-1])  # root velocity in body sizes
+    for step in steps:  # the same in every frame and with every setting
+        torch.testing.assert_close(
+            step, torch.full_like(step, float(steps[0][0])), rtol=1e-3, atol=1e-5
+        )
+    assert sizes[None] == pytest.approx(math.exp(0.1), rel=1e-3) and sizes[150.0] == pytest.approx(
+        sizes[None]
+    )
+    assert sizes[50.0] == pytest.approx(
+        math.exp(0.3), rel=1e-3
+    )  # 3x faster at a 3x larger body size
 
 
 def test_follow_camera_orthogonal_views():
@@ -99,6 +131,7 @@ def test_control_cli_smoke(tmp_path, real_dir):
         assert key in r, key
     assert r["random_weights"] is True and r["fid_extractor_trained"] is False
     assert r["episodes"] == 2 and len(r["per_episode"]) == 2
+    assert r["settings"]["depth_rescale"] is False  # off unless asked (docs/control.md)
     assert r["fid"] is not None and r["fid"] >= 0 and r["fid_windows_simulated"] == 8
     assert 0 < r["error_2d_px"] < 1e4 and r["generator_ms_per_frame"] > 0
     # the Table 3 markdown from reports: one row each, the report's numbers in it
@@ -123,13 +156,14 @@ def test_control_cli_smoke(tmp_path, real_dir):
 def test_control_cli_video(tmp_path, gl_backend):
     """``--video`` renders the character with the generated reference drawn over it."""
     out, video = tmp_path / "control.json", tmp_path / "control.mp4"
-    res = CliRunner().invoke(app, ["control", "--random-weights", "--seconds", "1", "--no-fid",
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--seconds", "1", "--no-fid", "--depth-rescale",
                                    "--json", str(out), "--video", str(video)])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert video.is_file() and video.stat().st_size > 1000
     import imageio.v2 as imageio
 
     assert len(imageio.mimread(str(video))) == 30
+    assert json.loads(out.read_text())["settings"]["depth_rescale"] is True
 
 
 def test_control_cli_errors(tmp_path):

@@ -112,9 +112,10 @@ def test_start_library_takes_clips_made_by_preprocess(tmp_path: Path, walk: Path
     """A clip made by `mimic2dm preprocess` (no ``keypoints3d``) is a start library: its states
     are the preprocessed ones and its frames are matched on the preprocessing's own 3D estimate
     (``est_keypoints3d``), so a view of a known estimated frame is matched back to it."""
-    from mimic2dm.geometry.camera import project_points
     from mimic2dm.tasks.registry import build_engine
     from mimic2dm.tasks.tracking2d.factory import tracking_config
+
+    from mimic2dm.geometry.camera import project_points
 
     runner = CliRunner()
     stripped = tmp_path / "video.npz"
@@ -135,7 +136,9 @@ def test_start_library_takes_clips_made_by_preprocess(tmp_path: Path, walk: Path
     assert lib.sources == ["preprocessed"]
     np.testing.assert_allclose(lib.keypoints3d.numpy(), m.est_keypoints3d, atol=1e-5)
     # the states are the preprocessed ones (grounding may lift them, never move them sideways)
-    np.testing.assert_allclose(lib.states.root_pos[:, :2].numpy(), m.init_root_pos[:, :2], atol=1e-5)
+    np.testing.assert_allclose(
+        lib.states.root_pos[:, :2].numpy(), m.init_root_pos[:, :2], atol=1e-5
+    )
     t0, az = 20, 120.0
     kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
     R, t, k = FollowCamera(1, az).place(kp[0, list(KSET.root)].mean(0))
@@ -203,7 +206,8 @@ def test_control_cli_reference_and_start_states(tmp_path: Path, walk: Path):
 @needs_mocap
 def test_control_generator_data_moves_over_the_ground(tmp_path: Path):
     """``gen_data=cmu_views_control``: static views of 10 s looped clips, so a walk's canonical
-    root velocity is motion over the ground (the follow cameras hold still between chunks)."""
+    root velocity is motion over the ground (the follow cameras hold still between chunks),
+    seen from the follow camera's 10 deg elevation."""
     import dataclasses
 
     from mimic2dm.generators.data import build_view_dataset, spec_from_config
@@ -219,5 +223,23 @@ def test_control_generator_data_moves_over_the_ground(tmp_path: Path):
     for f in files:
         m = load_motion2d(f)
         assert m.camera_R.shape[:2] == (2, 1) and m.num_frames >= 300  # static, >= 10 s at 30 fps
+        # every camera at the follow camera's elevation
+        np.testing.assert_allclose(np.degrees(np.arcsin(-m.camera_R[:, 0, 2, 2])), 10.0, atol=1e-3)
         speed = replay_generator(f, 2).data["features"][..., 2 * K : 2 * K + 2].norm(dim=-1)
         assert float(speed.median()) > 0.04  # body sizes per frame; tracking views give ~0.01
+
+
+@needs_mocap
+def test_replayed_clip_carries_its_body_size_for_depth_rescale(walk: Path):
+    """``--reference``: the replay's ``scale_px`` is the clip's median body size at 1080p, so
+    ``--depth-rescale`` converts its size velocity from the clip's camera to the follow camera."""
+    from mimic2dm.motion.canonical import body_scale
+
+    m = load_motion2d(walk)
+    gen = replay_generator(walk, views=2)
+    sizes = [float(body_scale(torch.as_tensor(m.keypoints[v]), torch.ones(m.keypoints.shape[1:3], dtype=torch.bool),
+                              KSET).median()) for v in range(2)]  # fmt: skip
+    assert gen.stats.scale_px == pytest.approx(
+        float(np.median(sizes)) * 1080.0 / m.image_size[1], rel=1e-5
+    )
+    assert 50.0 < gen.stats.scale_px < 300.0  # 5 m, focal 1400: ~135 px

@@ -190,3 +190,32 @@ def test_single_cycle_clips_are_looped_to_min_seconds(tmp_path):
     np.testing.assert_array_equal(walk.keypoints, plain.keypoints)
     assert ViewDatasetSpec().digest() == "030b06e19f1ac3ba"  # the cmu_views default, as before
     assert spec.digest() != ViewDatasetSpec(clips=spec.clips, pairs=1, seed=1).digest()
+
+
+def test_elevation_range_fixes_every_cameras_elevation(tmp_path):
+    """``elevation_range_deg`` (``gen_data.build``): every camera of every pair looks down at
+    that elevation (the controller's follow camera is at 10 deg); specs without it keep their
+    digest; a reversed range is refused naming the field."""
+    from omegaconf import OmegaConf
+
+    kw = {"clips": ("cmu_walk",), "pairs": 3, "seed": 2, "camera_modes": ("static", "tracking")}
+    spec = ViewDatasetSpec(**kw, elevation_range_deg=(10.0, 10.0))
+    for f in build_view_dataset(tmp_path / "el10", spec, MOCAP):
+        m = load_motion2d(f)
+        axis_z = m.camera_R[:, :, 2, 2]  # the optical axis' world z, per view and frame
+        np.testing.assert_allclose(np.degrees(np.arcsin(-axis_z)), 10.0, atol=1e-3)
+    free = [
+        load_motion2d(f).camera_R[:, 0, 2, 2]
+        for f in build_view_dataset(tmp_path / "free", ViewDatasetSpec(**kw), MOCAP)
+    ]
+    assert np.ptp(np.degrees(np.arcsin(-np.concatenate(free)))) > 1.0  # DESIGN's range otherwise
+    assert (
+        ViewDatasetSpec().digest() == "030b06e19f1ac3ba"
+        and spec.digest() != ViewDatasetSpec(**kw).digest()
+    )
+    build = OmegaConf.create({"clips": ["cmu_walk"], "pairs": 1, "seed": 0, "fps": 30, "camera_modes": ["static"],
+                              "noise_px": 0.0, "drop_prob": 0.0, "elevation_range_deg": [10, 10]})  # fmt: skip
+    assert spec_from_config(build).elevation_range_deg == (10.0, 10.0)
+    build.elevation_range_deg = [20, 10]
+    with pytest.raises(ValueError, match="elevation_range_deg"):
+        spec_from_config(build)

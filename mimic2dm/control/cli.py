@@ -82,6 +82,12 @@ def control_cmd(
     reference_views: int = typer.Option(
         1, "--reference-views", help="With --reference: its views 0..N-1 (N-view tracking)."
     ),
+    depth_rescale: bool = typer.Option(
+        False,
+        "--depth-rescale/--no-depth-rescale",
+        help="Convert the generated body-size velocity from the generator data's body size to the "
+        "character's in the follow camera (depth motion keeps its speed; off by default: docs/control.md).",
+    ),
     start_states: list[str] = typer.Option(
         None,
         "--start-states",
@@ -110,7 +116,8 @@ def control_cmd(
     try:
         with library_output_to_log("control"):
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
-                                chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth)  # fmt: skip
+                                chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth,
+                                depth_rescale=depth_rescale)  # fmt: skip
             policy, gen, name = load_models(tracker, generator, random_weights, random_model,
                                             character, seed, reference, reference_views)  # fmt: skip
             report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,

@@ -51,6 +51,9 @@ class ControlSettings:
         start_states: start from the best-matching state of this library
             (:mod:`mimic2dm.control.start`; None: the default pose); the match also picks
             the azimuth, so ``azimuth_deg`` is then ignored.
+        depth_rescale: convert the generated log-size velocity from the body size of the
+            generator's data to the character's size in the follow camera
+            (:func:`~mimic2dm.control.reference.anchor_chunk`'s ``data_scale``).
     """
 
     seconds: float = 20.0
@@ -66,6 +69,7 @@ class ControlSettings:
     focal: float = 1400.0
     record_states: bool = False
     start_states: StartLibrary | None = None
+    depth_rescale: bool = False
 
     def __post_init__(self) -> None:
         check("--seconds", self.seconds, gt=0)
@@ -181,6 +185,9 @@ class Controller:
         cam = FollowCamera(self.V, az, s.elevation_deg, s.distance, s.focal,
                            self.cfg.camera.width, self.cfg.camera.height)  # fmt: skip
         task, src = self._task(cam)
+        # the generator data's body size, in this camera's pixels (FeatureStats: at 1080p)
+        self._data_scale = (float(self.gen.stats.scale_px) * self.cfg.camera.height / 1080.0
+                            if s.depth_rescale else None)  # fmt: skip
         label = self.gen.label_id(s.skill)
         stream = open_stream(self.gen, label, s.seed, s.temperature, s.top_k)
         switches = sorted((round(t * self.hz), self.gen.label_id(k)) for t, k in s.switches)
@@ -244,7 +251,7 @@ class Controller:
         task.refresh()  # the task caches projections per physics state: the cameras moved
         uv, valid = task.project_character()
         root, scale = character_anchor(uv[0], valid[0], src.kset)
-        pix = anchor_chunk(buf[:, :need], root, scale, src.kset)
+        pix = anchor_chunk(buf[:, :need], root, scale, src.kset, self._data_scale)
         src.rewind(step)
         for i in range(need):
             src.push(pix[:, i])

@@ -28,6 +28,7 @@ from omegaconf import OmegaConf
 from mimic2dm.generators.data import FeatureStats
 from mimic2dm.generators.model_types import generator_type
 from mimic2dm.generators.sample import LoadedGenerator, MotionStream, load_generator
+from mimic2dm.motion.canonical import body_scale
 from mimic2dm.utils.registry import Registry
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -156,7 +157,12 @@ def replay_generator(path: str | Path, views: int = 1) -> ReplayGenerator:
     data = {"keypoint_set": m.keypoint_set, "fps": float(m.fps), "features": feats,
             "label_names": [skill] if skill else [], "label_key": "skill"}  # fmt: skip
     D = feats.shape[-1]
-    stats = FeatureStats(torch.zeros(D), torch.ones(D))
+    # the clip's own median body size at 1080p (the generators' FeatureStats.scale_px)
+    size = [float(body_scale(torch.as_tensor(m.keypoints[v]).float(), torch.as_tensor(m.confidence[v] > 0),
+                             kset).median()) for v in range(views)]  # fmt: skip
+    stats = FeatureStats(
+        torch.zeros(D), torch.ones(D), scale_px=float(np.median(size)) * 1080.0 / m.image_size[1]
+    )
     return ReplayGenerator("replay", torch.nn.Identity(), stats, None, data, str(path))
 
 

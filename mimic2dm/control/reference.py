@@ -101,12 +101,23 @@ def character_anchor(
 
 
 def anchor_chunk(
-    feats: torch.Tensor, root: torch.Tensor, scale: torch.Tensor, kset: KeypointSet
-) -> torch.Tensor:
+    feats: torch.Tensor, root: torch.Tensor, scale: torch.Tensor, kset: KeypointSet,
+    data_scale: float | None = None,
+) -> torch.Tensor:  # fmt: skip
     """``G^-1`` of raw canonical features ``[V, n, D]`` started at ``root [V, 2]``, ``scale [V]``.
 
     The local pose is first re-centred on the keypoint set's root (generated poses are
     only approximately centred), so frame 0's root is exactly ``root``.
+
+    Args:
+        data_scale: the body size (pixels at 1080p) of the motion the features describe
+            (a generator's ``FeatureStats.scale_px``). The body size changes by
+            ``d log s / dt = -v_depth / distance``: the same walk towards the camera changes
+            its size ``distance_data / distance_here`` times faster at a nearer camera. With
+            ``data_scale`` the log-size velocity is multiplied by ``scale / data_scale``
+            (``= distance_data / distance_here`` at equal focal lengths), so depth motion
+            keeps its speed in metres; the root's image velocity, in body sizes, needs no
+            change. ``None``: features as they are.
 
     Returns:
         ``[V, n, K, 2]`` pixels.
@@ -114,5 +125,8 @@ def anchor_chunk(
     K = kset.num_keypoints
     local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
     local = local - local[..., list(kset.root), :].mean(-2, keepdim=True)
-    f = torch.cat([local.reshape(*feats.shape[:2], 2 * K), feats[..., 2 * K :].float()], dim=-1)
+    glob = feats[..., 2 * K :].float().clone()
+    if data_scale is not None:
+        glob[..., 2] = glob[..., 2] * (scale.float() / float(data_scale))[:, None]
+    f = torch.cat([local.reshape(*feats.shape[:2], 2 * K), glob], dim=-1)
     return torch.stack([features_to_pixels(f[v], root[v], scale[v])[0] for v in range(f.shape[0])])

@@ -79,7 +79,8 @@ def load_start_library(
     kps = []
     for path, clip, src in zip(paths, lib.clips, sources, strict=True):
         kp3d = clip.keypoints3d if src == "reference_3d" else None
-        if src == "preprocessed":  # match on the preprocessing's own 3D estimate (the states' source)
+        # a preprocessed clip: match on the preprocessing's own 3D estimate (the states' source)
+        if src == "preprocessed":
             kp3d = _estimated_keypoints(path, control_hz, clip.num_frames)
         if kp3d is None:
             raise ValueError(
