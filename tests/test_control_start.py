@@ -69,32 +69,41 @@ def test_replay_generator_gives_back_the_clip(walk: Path):
         replay_generator(walk, views=3)
 
 
+def _start_library(path: Path):
+    """The start library of ``path`` for an untrained tracker of the default configs."""
+    from mimic2dm.tasks.registry import build_engine
+    from mimic2dm.tasks.tracking2d.factory import tracking_config
+
+    policy, _ = load_models(None, None, True)[:2]
+    engine = build_engine(policy.env_spec, 1)
+    try:
+        return load_start_library([str(path)], engine.character, engine.default_state(1),
+                                  tracking_config(policy.env_spec), 30.0)  # fmt: skip
+    finally:
+        engine.close()
+
+
+def _match_known(lib, t0: int, az: float) -> dict:
+    """``match_start`` on the library's own frames ``t0..`` seen by a follow camera at ``az``."""
+    from mimic2dm.geometry.camera import project_points
+
+    kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
+    R, t, k = FollowCamera(1, az).place(kp[0, list(KSET.root)].mean(0))
+    uv, _ = project_points(R[0], t[0], k[0], kp)
+    feats = to_canonical(uv, KSET, window=1).features()[None, :MATCH_FRAMES]
+    return match_start(lib, feats, FollowCamera(1, 0.0), KSET)
+
+
 @needs_mocap
 def test_match_start_finds_the_frame_and_azimuth(walk: Path):
     """Motion projected from a known library frame and azimuth is matched to that frame and
     azimuth (and a far-off pose is not)."""
-    policy, _ = load_models(None, None, True)[:2]
-    from mimic2dm.tasks.registry import build_engine
-    from mimic2dm.tasks.tracking2d.factory import tracking_config
-
-    engine = build_engine(policy.env_spec, 1)
-    try:
-        lib = load_start_library([str(walk)], engine.character, engine.default_state(1),
-                                 tracking_config(policy.env_spec), 30.0)  # fmt: skip
-    finally:
-        engine.close()
+    lib = _start_library(walk)
     T = load_motion2d(walk).num_frames
     assert len(lib.states.root_pos) == T and lib.keypoints3d.shape == (T, 17, 3)
     assert lib.valid.sum() == T - MATCH_FRAMES and lib.sources == ["reference_3d"]
     for t0, az in ((10, 75.0), (40, 300.0)):
-        cam = FollowCamera(1, az)
-        kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
-        R, t, k = cam.place(kp[0, list(KSET.root)].mean(0))
-        from mimic2dm.geometry.camera import project_points
-
-        uv, _ = project_points(R[0], t[0], k[0], kp)
-        feats = to_canonical(uv, KSET, window=1).features()[None, :MATCH_FRAMES]
-        m = match_start(lib, feats, FollowCamera(1, 0.0), KSET)
+        m = _match_known(lib, t0, az)
         assert m["index"] == t0 and m["azimuth_deg"] == az and m["cost"] < 1e-3, m
     # the library frame's state is where the fitted pose is: its keypoints near the reference
     assert (
@@ -112,11 +121,6 @@ def test_start_library_takes_clips_made_by_preprocess(tmp_path: Path, walk: Path
     """A clip made by `mimic2dm preprocess` (no ``keypoints3d``) is a start library: its states
     are the preprocessed ones and its frames are matched on the preprocessing's own 3D estimate
     (``est_keypoints3d``), so a view of a known estimated frame is matched back to it."""
-    from mimic2dm.tasks.registry import build_engine
-    from mimic2dm.tasks.tracking2d.factory import tracking_config
-
-    from mimic2dm.geometry.camera import project_points
-
     runner = CliRunner()
     stripped = tmp_path / "video.npz"
     assert runner.invoke(app, ["data", "strip", str(walk), "--out", str(stripped)]).exit_code == 0
@@ -126,26 +130,15 @@ def test_start_library_takes_clips_made_by_preprocess(tmp_path: Path, walk: Path
     pre = tmp_path / "pre" / "video.npz"
     m = load_motion2d(pre)
     assert m.keypoints3d is None and m.est_keypoints3d is not None and m.has_initial_states
-    policy, _ = load_models(None, None, True)[:2]
-    engine = build_engine(policy.env_spec, 1)
-    try:
-        lib = load_start_library([str(pre)], engine.character, engine.default_state(1),
-                                 tracking_config(policy.env_spec), 30.0)  # fmt: skip
-    finally:
-        engine.close()
+    lib = _start_library(pre)
     assert lib.sources == ["preprocessed"]
     np.testing.assert_allclose(lib.keypoints3d.numpy(), m.est_keypoints3d, atol=1e-5)
     # the states are the preprocessed ones (grounding may lift them, never move them sideways)
     np.testing.assert_allclose(
         lib.states.root_pos[:, :2].numpy(), m.init_root_pos[:, :2], atol=1e-5
     )
-    t0, az = 20, 120.0
-    kp = lib.keypoints3d[t0 : t0 + MATCH_FRAMES + 1]
-    R, t, k = FollowCamera(1, az).place(kp[0, list(KSET.root)].mean(0))
-    uv, _ = project_points(R[0], t[0], k[0], kp)
-    feats = to_canonical(uv, KSET, window=1).features()[None, :MATCH_FRAMES]
-    found = match_start(lib, feats, FollowCamera(1, 0.0), KSET)
-    assert found["index"] == t0 and found["azimuth_deg"] == az and found["cost"] < 1e-3, found
+    found = _match_known(lib, 20, 120.0)
+    assert found["index"] == 20 and found["azimuth_deg"] == 120.0 and found["cost"] < 1e-3, found
 
 
 @needs_mocap
