@@ -164,6 +164,7 @@ class Controller:
             raise ValueError(f"--generator {gen.source}: {gen.data['fps']} fps, the tracker controls at "
                              f"{spec.control_hz} Hz (they must match)")  # fmt: skip
         self.hz = float(spec.control_hz)
+        self._data_scale: float | None = None  # set per run (ControlSettings.depth_rescale)
 
     def close(self) -> None:
         self.engine.close()

@@ -110,8 +110,8 @@ def anchor_chunk(
     only approximately centred), so frame 0's root is exactly ``root``.
 
     Args:
-        data_scale: the body size (pixels at 1080p) of the motion the features describe
-            (a generator's ``FeatureStats.scale_px``). The body size changes by
+        data_scale: the body size of the motion the features describe, in the pixels of
+            ``scale`` (a generator's ``FeatureStats.scale_px``, which is at 1080p). The body size changes by
             ``d log s / dt = -v_depth / distance``: the same walk towards the camera changes
             its size ``distance_data / distance_here`` times faster at a nearer camera. With
             ``data_scale`` the log-size velocity is multiplied by ``scale / data_scale``
