@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from mimic2dm.control.reference import FollowCamera
@@ -77,11 +76,9 @@ def load_start_library(
     lib = ReferenceLibrary.from_files(list(paths), control_hz, view_mode="clip")
     sources = initial_state_sources(lib, character, "auto")
     kps = []
-    for path, clip, src in zip(paths, lib.clips, sources, strict=True):
-        kp3d = clip.keypoints3d if src == "reference_3d" else None
+    for clip, src in zip(lib.clips, sources, strict=True):
         # a preprocessed clip: match on the preprocessing's own 3D estimate (the states' source)
-        if src == "preprocessed":
-            kp3d = _estimated_keypoints(path, control_hz, clip.num_frames)
+        kp3d = {"reference_3d": clip.keypoints3d, "preprocessed": clip.est_keypoints3d}.get(src)
         if kp3d is None:
             raise ValueError(
                 f"--start-states {clip.name}: the clip has neither 3D keypoints (keypoints3d) nor "
@@ -99,20 +96,6 @@ def load_start_library(
     if not valid.any():
         raise ValueError(f"--start-states: every clip is shorter than {MATCH_FRAMES + 1} frames")
     return StartLibrary(states, kp, valid, sources, [str(p) for p in paths])
-
-
-def _estimated_keypoints(path, control_hz: float, frames: int) -> torch.Tensor | None:
-    """A preprocessed clip's ``est_keypoints3d`` resampled to ``control_hz`` (``None`` if absent)."""
-    from mimic2dm.motion.format import load_motion2d
-    from mimic2dm.motion.synth import resample
-
-    m = load_motion2d(path)
-    if m.est_keypoints3d is None:
-        return None
-    x = np.asarray(m.est_keypoints3d, dtype=np.float32)
-    if abs(m.fps - control_hz) > 1e-6:
-        x = resample(x, m.fps, control_hz)
-    return torch.as_tensor(x[:frames], dtype=torch.float32)
 
 
 def _descriptor(uv: torch.Tensor, kset: KeypointSet) -> tuple[torch.Tensor, torch.Tensor]:

@@ -49,6 +49,8 @@ class Clip:
             (``Motion2D.init_*`` at the control rate: ``root_pos [T, 3]``, ``root_quat
             [T, 4]`` xyzw, ``root_lin_vel``/``root_ang_vel [T, 3]`` world frame,
             ``dof_pos``/``dof_vel [T, J]``) for the character ``init_character``; None without.
+        est_keypoints3d: ``[T, K, 3]`` the preprocessing's 3D estimate the ``init_states``
+            were fitted with (``Motion2D.est_keypoints3d`` at the control rate); None without.
     """
 
     name: str
@@ -66,6 +68,7 @@ class Clip:
     object3d: torch.Tensor | None = None
     init_states: dict[str, torch.Tensor] | None = None
     init_character: str | None = None
+    est_keypoints3d: torch.Tensor | None = None
 
     @property
     def num_frames(self) -> int:
@@ -135,6 +138,11 @@ def clip_from_motion(m: Motion2D, control_hz: float, name: str = "clip") -> Clip
     clip = Clip(name, uv, mask, R, t, k, height, width, kp3d, dict(m.labels), obj_uv, obj_ok, obj3d)
     if m.has_initial_states:
         clip.init_states, clip.init_character = _initial_states_at(m, control_hz), m.init_character
+    if m.est_keypoints3d is not None:
+        est = np.asarray(m.est_keypoints3d, dtype=np.float32)
+        if abs(m.fps - control_hz) > 1e-6:
+            est = resample(est, m.fps, control_hz)
+        clip.est_keypoints3d = torch.from_numpy(np.ascontiguousarray(est)).float()
     return clip
 
 
