@@ -19,10 +19,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _script_env(**extra: str) -> dict:
+    """The environment of a cluster script: this venv's bin first on PATH, wandb offline."""
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "WANDB_MODE": "offline",
+            **extra}  # fmt: skip
+
+
 def test_training_joins_an_existing_ray_cluster_by_address(tmp_path):
     run = tmp_path / "run"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "RAY_PORT": str(free_port()),
-           "RAY_CPUS": "2", "WANDB_MODE": "offline"}  # fmt: skip
+    env = _script_env(RAY_PORT=str(free_port()), RAY_CPUS="2")
     res = subprocess.run(
         ["bash", "cluster/ray_local.sh", f"run_dir={run}", *TINY, "train.max_epochs=2", "ray.num_actors=2",
          "ray.actor_cpus=0.5", "data.clips.0.make.seconds=1.5"],
@@ -77,8 +82,7 @@ def test_slurm_script_parses_and_passes_its_arguments_to_training():
 @pytest.mark.slow
 def test_generators_e2e_script_trains_all_five_jobs_at_a_tiny_scale(tmp_path):
     """`cluster/generators_e2e.sh OUT 0.002`: 1-4 steps per job; every job leaves its last.pt."""
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "WANDB_MODE": "offline"}  # fmt: skip
+    env = _script_env()
     out = tmp_path / "gen"
     res = subprocess.run(["bash", str(ROOT / "cluster" / "generators_e2e.sh"), str(out), "0.002"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
@@ -101,8 +105,7 @@ def test_control_e2e_script_runs_every_experiment_at_a_tiny_scale(tmp_path):
     run = tmp_path / "tracker"
     train(compose_config(["data=cmu_all", "task.view_mode=virtual", "task.camera_mode=tracking", f"run_dir={run}",
                           *TINY, "train.max_epochs=1", "logger.tensorboard=false"]))  # fmt: skip
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "WANDB_MODE": "offline", "CONTROL_SECONDS": "2"}  # fmt: skip
+    env = _script_env(CONTROL_SECONDS="2")
     out = tmp_path / "ctl"
     res = subprocess.run(["bash", str(ROOT / "cluster" / "control_e2e.sh"), str(run), str(out), "1", "0.002"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1700)  # fmt: skip
@@ -124,8 +127,7 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
     shared = ROOT.parent / "shared"
     if not (shared / "data" / "mocap" / "cmu_walk.npz").is_file():
         pytest.skip(f"no shared mocap under {shared}")
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "WANDB_MODE": "offline",
-           "MIMIC2DM_SHARED": str(shared), "CLIPS": "cmu_walk", "METHODS": "mimic2dm gt3d"}  # fmt: skip
+    env = _script_env(MIMIC2DM_SHARED=str(shared), CLIPS="cmu_walk", METHODS="mimic2dm gt3d")
     tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
     res = subprocess.run(["bash", "cluster/compare_baselines.sh", "15", str(tmp_path), *tiny],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=1100)  # fmt: skip
@@ -150,14 +152,6 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
     assert bad.returncode == 2 and "unknown method nope" in bad.stderr
 
 
-def _script_env() -> dict:
-    return {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        "WANDB_MODE": "offline",
-    }
-
-
 def test_generated_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
     """`cluster/generated_tracker.sh`: a missing generator, a bad N or a missing real clip is a
     usage error (exit 2) naming it, and nothing is written."""
@@ -172,7 +166,7 @@ def test_generated_tracker_script_rejects_bad_arguments_before_any_work(tmp_path
         ([str(gen)], {}, "usage:"),
     ]  # fmt: skip
     for args, extra, message in cases:
-        res = subprocess.run(["bash", script, *args], cwd=tmp_path, env={**_script_env(), **extra},
+        res = subprocess.run(["bash", script, *args], cwd=tmp_path, env=_script_env(**extra),
                              capture_output=True, text=True, timeout=60)  # fmt: skip
         assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gen"]
