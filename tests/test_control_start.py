@@ -171,6 +171,39 @@ def test_controller_starts_from_the_matched_state(walk: Path):
 
 
 @needs_mocap
+def test_start_blend_begins_the_reference_at_the_character(walk: Path):
+    """With ``start_blend`` the first reference frame after a matched start is the character's
+    own projection and the blend has ended by frame ``start_blend``; without a start library
+    there is nothing to blend from and the reference is the plain anchored chunk."""
+    policy, _ = load_models(None, None, True)[:2]
+    ctl = Controller(policy, replay_generator(walk))
+    try:
+        lib = load_start_library(
+            [str(walk)], ctl.engine.character, ctl.engine.default_state(1), ctl.cfg, ctl.hz
+        )
+        runs = {
+            b: ctl.run(ControlSettings(seconds=0.5, start_states=lib, start_blend=b))
+            for b in (0, 6)
+        }
+        plain = [
+            ctl.run(ControlSettings(seconds=0.5, start_blend=b, azimuth_deg=10.0)) for b in (0, 6)
+        ]
+    finally:
+        ctl.close()
+
+    def gap(rec, t):
+        ok = rec.mask[t] & rec.front[t]
+        return float((rec.uv[t] - rec.ref[t]).norm(dim=-1)[ok].max())
+
+    assert gap(runs[6], 0) < 1e-2 < gap(runs[0], 0), (gap(runs[6], 0), gap(runs[0], 0))
+    # the same start state and the same generated frames: equal references once the blend is over
+    assert runs[6].start["index"] == runs[0].start["index"]
+    for t in (6, 10, 14):
+        torch.testing.assert_close(runs[6].ref[t], runs[0].ref[t], atol=1e-3, rtol=0)
+    torch.testing.assert_close(plain[1].ref[0], plain[0].ref[0])
+
+
+@needs_mocap
 def test_control_cli_reference_and_start_states(tmp_path: Path, walk: Path):
     out = tmp_path / "c.json"
     res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--start-states",

@@ -94,6 +94,12 @@ def control_cmd(
         help="Clip(s) with 3D (or preprocessed) states: start each episode from the one that best "
         "matches the first generated frames, at the best azimuth (default: the default pose).",
     ),
+    start_blend: int = typer.Option(
+        0,
+        "--start-blend",
+        help="With --start-states: ease the first chunk's reference in from the character's own "
+        "projection over this many control steps (0: no blend; docs/control.md).",
+    ),
 ) -> None:
     """Drive a frozen tracker with a 2D motion generator in real time; report the paper's Table 3.
 
@@ -117,7 +123,7 @@ def control_cmd(
         with library_output_to_log("control"):
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
                                 chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth,
-                                depth_rescale=depth_rescale)  # fmt: skip
+                                depth_rescale=depth_rescale, start_blend=start_blend)  # fmt: skip
             policy, gen, name = load_models(tracker, generator, random_weights, random_model,
                                             character, seed, reference, reference_views)  # fmt: skip
             report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,

@@ -22,6 +22,7 @@ from mimic2dm.control.reference import (
     ControlReference,
     FollowCamera,
     anchor_chunk,
+    blend_start,
     character_anchor,
 )
 from mimic2dm.control.start import MATCH_FRAMES, StartLibrary, match_start
@@ -54,6 +55,9 @@ class ControlSettings:
         depth_rescale: convert the generated log-size velocity from the body size of the
             generator's data to the character's size in the follow camera
             (:func:`~mimic2dm.control.reference.anchor_chunk`'s ``data_scale``).
+        start_blend: after a matched start, the first chunk's reference starts at the
+            character's own projection and eases into the generated frames over this many
+            control steps (:func:`~mimic2dm.control.reference.blend_start`; 0: no blend).
     """
 
     seconds: float = 20.0
@@ -70,9 +74,11 @@ class ControlSettings:
     record_states: bool = False
     start_states: StartLibrary | None = None
     depth_rescale: bool = False
+    start_blend: int = 0
 
     def __post_init__(self) -> None:
         check("--seconds", self.seconds, gt=0)
+        check("--start-blend", self.start_blend, ge=0, integer=True)
         check("--seed", self.seed, ge=0, integer=True)
         check("--chunk-frames", self.chunk_frames, ge=1, integer=True)
         check("--temperature", self.temperature, ge=0)
@@ -203,7 +209,8 @@ class Controller:
                 stream.set_label(label)
                 buf, next_chunk = None, step  # old-label frames are dropped; a chunk starts now
             if step == next_chunk:
-                buf = self._chunk(task, src, stream, cam, buf, step, s.chunk_frames, rec)
+                blend = s.start_blend if step == 0 and rec.start is not None else 0
+                buf = self._chunk(task, src, stream, cam, buf, step, s.chunk_frames, rec, blend)
                 next_chunk = step + s.chunk_frames
             self._record(task, src, rec, label, s.record_states)
             t0 = time.perf_counter()
@@ -238,8 +245,9 @@ class Controller:
         return buf, dataclasses.replace(cam, azimuth_deg=m["azimuth_deg"])
 
     def _chunk(self, task, src: ControlReference, stream: ChunkStream, cam: FollowCamera, buf, step: int,
-               L: int, rec: Record) -> torch.Tensor:  # fmt: skip
-        """Start a chunk at ``step``: cameras on the character, next frames anchored to its projection."""
+               L: int, rec: Record, blend: int = 0) -> torch.Tensor:  # fmt: skip
+        """Start a chunk at ``step``: cameras on the character, next frames anchored to its
+        projection (and, with ``blend``, eased in from it: :func:`blend_start`)."""
         need = L + self.cfg.num_future
         t0 = time.perf_counter()
         while buf is None or buf.shape[1] < need:
@@ -253,6 +261,8 @@ class Controller:
         uv, valid = task.project_character()
         root, scale = character_anchor(uv[0], valid[0], src.kset)
         pix = anchor_chunk(buf[:, :need], root, scale, src.kset, self._data_scale)
+        if blend:
+            pix = blend_start(pix, uv[0].cpu(), valid[0].cpu(), blend)
         src.rewind(step)
         for i in range(need):
             src.push(pix[:, i])

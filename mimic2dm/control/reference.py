@@ -130,3 +130,26 @@ def anchor_chunk(
         glob[..., 2] = glob[..., 2] * (scale.float() / float(data_scale))[:, None]
     f = torch.cat([local.reshape(*feats.shape[:2], 2 * K), glob], dim=-1)
     return torch.stack([features_to_pixels(f[v], root[v], scale[v])[0] for v in range(f.shape[0])])
+
+
+def blend_start(
+    pix: torch.Tensor, uv: torch.Tensor, valid: torch.Tensor, frames: int
+) -> torch.Tensor:
+    """Ease a reference ``pix [V, n, K, 2]`` in from the character's projection ``uv [V, K, 2]``.
+
+    The generator knows nothing of the state the character starts from, so frame 0 of
+    the first chunk differs from the character's pose even after the best start match.
+    The per-keypoint offset ``uv - pix[:, 0]`` is added to frame ``i`` with the weight
+    ``(1 + cos(pi i / frames)) / 2`` (1 at frame 0, 0 from frame ``frames`` on), an
+    inertialisation-style transition: the reference begins where the character is and is
+    exactly the generated motion after ``frames`` steps. Keypoints the character does not
+    show (``valid`` false) are left as generated.
+
+    Returns:
+        ``[V, n, K, 2]``: a new tensor.
+    """
+    n = pix.shape[1]
+    i = torch.arange(n, dtype=torch.float32)
+    w = torch.where(i < frames, 0.5 * (1.0 + torch.cos(torch.pi * i / max(frames, 1))), 0.0)
+    off = torch.where(valid[..., None].bool(), uv.float() - pix[:, 0].float(), 0.0)
+    return pix + w[None, :, None, None] * off[:, None]
