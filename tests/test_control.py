@@ -306,7 +306,11 @@ def test_dog_generator_drives_a_dog_tracker(tmp_path):
     assert gen.data["label_names"] == ["pace", "trot"]
     ctl = Controller(policy, gen)
     try:
-        rec = ctl.run(ControlSettings(seconds=2.0, skill="trot", switches=[parse_switch("1:pace")]))
+        rec = ctl.run(
+            ControlSettings(
+                seconds=2.0, skill="trot", switches=[parse_switch("1:pace")], chunk_frames=32
+            )
+        )
     finally:
         ctl.close()
     trot, pace = gen.label_id("trot"), gen.label_id("pace")

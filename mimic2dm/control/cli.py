@@ -68,7 +68,7 @@ def control_cmd(
     ),
     no_fid: bool = typer.Option(False, "--no-fid", help="Skip FID and diversity."),
     chunk_frames: int = typer.Option(
-        32, "--chunk-frames", help="Control steps between re-anchoring."
+        8, "--chunk-frames", help="Control steps between re-anchoring (docs/control.md)."
     ),
     azimuth: float = typer.Option(
         None, "--azimuth", help="View 0's azimuth (deg; default: from the seed)."

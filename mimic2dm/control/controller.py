@@ -44,7 +44,9 @@ class ControlSettings:
     Attributes:
         seconds: simulated time; skill: first condition label (None: unconditional).
         switches: ``[(time_s, skill)]`` label changes (each starts a new chunk).
-        chunk_frames: control steps between re-anchoring.
+        chunk_frames: control steps between re-anchoring (8; until session 28, 32: real and
+            generated walks stay up more often and stay nearer their reference with 8,
+            docs/control.md).
         seed: generator sampling and camera azimuth (when ``camera.azimuth_deg`` is None).
         temperature, top_k: generator sampling.
         camera: the follow cameras (``azimuth_deg=None``: drawn from the seed).
@@ -63,7 +65,7 @@ class ControlSettings:
     seconds: float = 20.0
     skill: str | None = None
     switches: list[tuple[float, str]] = field(default_factory=list)
-    chunk_frames: int = 32
+    chunk_frames: int = 8
     seed: int = 0
     temperature: float = 1.0
     top_k: int | None = None
