@@ -11,7 +11,13 @@ from typer.testing import CliRunner
 
 from mimic2dm.cli import app
 from mimic2dm.control.controller import Controller, ControlSettings, parse_switch
-from mimic2dm.control.reference import FollowCamera, anchor_chunk, blend_start, character_anchor
+from mimic2dm.control.reference import (
+    FollowCamera,
+    anchor_chunk,
+    blend_start,
+    character_anchor,
+    start_offset,
+)
 from mimic2dm.control.run import load_models
 from mimic2dm.motion.canonical import body_scale, root_2d
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
@@ -83,20 +89,26 @@ def test_depth_rescale_converts_the_size_velocity_to_the_anchor_size():
 
 
 def test_blend_start_eases_from_the_character_into_the_generated_frames():
-    """Frame 0 is the character's projection, frame ``frames`` on the generated motion, the
-    midpoint half way; keypoints the character does not show stay as generated."""
+    """Step 0 is the character's projection, step ``frames`` on the generated motion, the
+    midpoint half way, also in a later chunk; keypoints the character does not show stay
+    as generated."""
     pix = torch.randn(2, 12, 17, 2) * 100
     uv = torch.randn(2, 17, 2) * 100
     valid = torch.ones(2, 17, dtype=torch.bool)
     valid[1, 3] = False
-    out = blend_start(pix, uv, valid, 8)
+    off = start_offset(pix[:, 0], uv, valid)
+    out = blend_start(pix, off, 0, 8)
     ok = valid[..., None]
     assert torch.allclose(torch.where(ok, out[:, 0], 0), torch.where(ok, uv, 0), atol=1e-4)
     assert torch.equal(out[1, :, 3], pix[1, :, 3])
     assert torch.equal(out[:, 8:], pix[:, 8:])
     half = pix[:, 4] + 0.5 * (uv - pix[:, 0])
     assert torch.allclose(out[0, 4], half[0], atol=1e-4)
-    assert torch.equal(blend_start(pix, uv, valid, 0), pix)
+    # a chunk that starts at step 4 continues the same easing: its frame 0 is step 4
+    later = blend_start(pix, off, 4, 8)
+    assert torch.allclose(later[0, 0], pix[0, 0] + 0.5 * off[0], atol=1e-4)
+    assert torch.equal(later[:, 4:], pix[:, 4:])
+    assert torch.equal(blend_start(pix, off, 0, 0), pix)
 
 
 def test_follow_camera_orthogonal_views():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +82,11 @@ def _start_library(path: Path):
                                   tracking_config(policy.env_spec), 30.0)  # fmt: skip
     finally:
         engine.close()
+
+
+def _about_mean(x: torch.Tensor) -> torch.Tensor:
+    """Keypoints ``[..., K, 2]`` about their mean."""
+    return x - x.mean(-2, keepdim=True)
 
 
 def _match_known(lib, t0: int, az: float) -> dict:
@@ -173,8 +179,8 @@ def test_controller_starts_from_the_matched_state(walk: Path):
 @needs_mocap
 def test_start_blend_begins_the_reference_at_the_character(walk: Path):
     """With ``start_blend`` the first reference frame after a matched start is the character's
-    own projection and the blend has ended by frame ``start_blend``; without a start library
-    there is nothing to blend from and the reference is the plain anchored chunk."""
+    own projection, the easing goes on into the second 8-step chunk and has ended by step
+    ``start_blend``; without a start library there is nothing to blend from."""
     policy, _ = load_models(None, None, True)[:2]
     ctl = Controller(policy, replay_generator(walk))
     try:
@@ -182,11 +188,11 @@ def test_start_blend_begins_the_reference_at_the_character(walk: Path):
             [str(walk)], ctl.engine.character, ctl.engine.default_state(1), ctl.cfg, ctl.hz
         )
         runs = {
-            b: ctl.run(ControlSettings(seconds=0.5, start_states=lib, start_blend=b))
-            for b in (0, 6)
+            b: ctl.run(ControlSettings(seconds=0.7, start_states=lib, start_blend=b))
+            for b in (0, 12)
         }
         plain = [
-            ctl.run(ControlSettings(seconds=0.5, start_blend=b, azimuth_deg=10.0)) for b in (0, 6)
+            ctl.run(ControlSettings(seconds=0.5, start_blend=b, azimuth_deg=10.0)) for b in (0, 12)
         ]
     finally:
         ctl.close()
@@ -195,11 +201,16 @@ def test_start_blend_begins_the_reference_at_the_character(walk: Path):
         ok = rec.mask[t] & rec.front[t]
         return float((rec.uv[t] - rec.ref[t]).norm(dim=-1)[ok].max())
 
-    assert gap(runs[6], 0) < 1e-2 < gap(runs[0], 0), (gap(runs[6], 0), gap(runs[0], 0))
-    # the same start state and the same generated frames: equal references once the blend is over
-    assert runs[6].start["index"] == runs[0].start["index"]
-    for t in (6, 10, 14):
-        torch.testing.assert_close(runs[6].ref[t], runs[0].ref[t], atol=1e-3, rtol=0)
+    assert gap(runs[12], 0) < 1e-2 < gap(runs[0], 0), (gap(runs[12], 0), gap(runs[0], 0))
+    # the same start state and generated frames: the pose (about the keypoints' mean) differs
+    # by the eased offset, in the first chunk and in the second (steps 8-11), not after step 12
+    assert runs[12].start["index"] == runs[0].start["index"]
+    assert [c[0] for c in runs[12].chunks] == [0, 8, 16]
+    off = runs[0].uv[0] - runs[0].ref[0]
+    for t in (0, 4, 8, 9, 11, 12, 16):
+        w = 0.5 * (1 + math.cos(math.pi * t / 12)) if t < 12 else 0.0
+        d = _about_mean(runs[12].ref[t]) - _about_mean(runs[0].ref[t])
+        assert float((d - w * _about_mean(off)).norm(dim=-1).max()) < 0.05, t
     torch.testing.assert_close(plain[1].ref[0], plain[0].ref[0])
 
 

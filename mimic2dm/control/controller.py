@@ -24,6 +24,7 @@ from mimic2dm.control.reference import (
     anchor_chunk,
     blend_start,
     character_anchor,
+    start_offset,
 )
 from mimic2dm.control.start import MATCH_FRAMES, StartLibrary, match_start
 from mimic2dm.generators.sample import LoadedGenerator
@@ -57,9 +58,9 @@ class ControlSettings:
         depth_rescale: convert the generated log-size velocity from the body size of the
             generator's data to the character's size in the follow camera
             (:func:`~mimic2dm.control.reference.anchor_chunk`'s ``data_scale``).
-        start_blend: after a matched start, the first chunk's reference starts at the
-            character's own projection and eases into the generated frames over this many
-            control steps (:func:`~mimic2dm.control.reference.blend_start`; 0: no blend).
+        start_blend: after a matched start, the reference starts at the character's own
+            projection and eases into the generated frames over this many control steps
+            (across chunks) (:func:`~mimic2dm.control.reference.blend_start`; 0: no blend).
     """
 
     seconds: float = 20.0
@@ -173,6 +174,7 @@ class Controller:
                              f"{spec.control_hz} Hz (they must match)")  # fmt: skip
         self.hz = float(spec.control_hz)
         self._data_scale: float | None = None  # set per run (ControlSettings.depth_rescale)
+        self._start_offset: torch.Tensor | None = None  # set per run (ControlSettings.start_blend)
 
     def close(self) -> None:
         self.engine.close()
@@ -204,6 +206,8 @@ class Controller:
         rec, buf, next_chunk = Record(), None, 0
         if s.start_states is not None:
             buf, cam = self._start(task, s.start_states, stream, cam, rec)
+        blend = s.start_blend if s.start_states is not None else 0
+        self._start_offset = None  # set by the first chunk when blending
         rec.azimuth_deg = cam.azimuth_deg
         for step in range(T):
             while switches and switches[0][0] <= step:
@@ -211,7 +215,6 @@ class Controller:
                 stream.set_label(label)
                 buf, next_chunk = None, step  # old-label frames are dropped; a chunk starts now
             if step == next_chunk:
-                blend = s.start_blend if step == 0 and rec.start is not None else 0
                 buf = self._chunk(task, src, stream, cam, buf, step, s.chunk_frames, rec, blend)
                 next_chunk = step + s.chunk_frames
             self._record(task, src, rec, label, s.record_states)
@@ -263,8 +266,10 @@ class Controller:
         uv, valid = task.project_character()
         root, scale = character_anchor(uv[0], valid[0], src.kset)
         pix = anchor_chunk(buf[:, :need], root, scale, src.kset, self._data_scale)
-        if blend:
-            pix = blend_start(pix, uv[0].cpu(), valid[0].cpu(), blend)
+        if blend and step < blend:
+            if self._start_offset is None:
+                self._start_offset = start_offset(pix[:, 0], uv[0].cpu(), valid[0].cpu())
+            pix = blend_start(pix, self._start_offset, step, blend)
         src.rewind(step)
         for i in range(need):
             src.push(pix[:, i])

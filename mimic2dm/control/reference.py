@@ -132,24 +132,31 @@ def anchor_chunk(
     return torch.stack([features_to_pixels(f[v], root[v], scale[v])[0] for v in range(f.shape[0])])
 
 
-def blend_start(
-    pix: torch.Tensor, uv: torch.Tensor, valid: torch.Tensor, frames: int
-) -> torch.Tensor:
-    """Ease a reference ``pix [V, n, K, 2]`` in from the character's projection ``uv [V, K, 2]``.
+def start_offset(pix0: torch.Tensor, uv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``[V, K, 2]``: the character's projection ``uv [V, K, 2]`` minus the first reference
+    frame ``pix0 [V, K, 2]``; 0 where the character does not show a keypoint (``valid``)."""
+    return torch.where(valid[..., None].bool(), uv.float() - pix0.float(), 0.0)
 
-    The generator knows nothing of the state the character starts from, so frame 0 of
-    the first chunk differs from the character's pose even after the best start match.
-    The per-keypoint offset ``uv - pix[:, 0]`` is added to frame ``i`` with the weight
-    ``(1 + cos(pi i / frames)) / 2`` (1 at frame 0, 0 from frame ``frames`` on), an
-    inertialisation-style transition: the reference begins where the character is and is
-    exactly the generated motion after ``frames`` steps. Keypoints the character does not
-    show (``valid`` false) are left as generated.
+
+def blend_start(
+    pix: torch.Tensor, offset: torch.Tensor, first_step: int, frames: int
+) -> torch.Tensor:
+    """Ease a reference in from the character's starting pose (an inertialisation-style transition).
+
+    The generator knows nothing of the state the character starts from, so step 0's
+    reference differs from the character's pose even after the best start match.
+    ``offset`` (:func:`start_offset` at step 0) is added to the reference of step ``s``
+    with the weight ``(1 + cos(pi s / frames)) / 2``: 1 at step 0, 0 from step ``frames``
+    on. The reference begins where the character is and is exactly the generated motion
+    after ``frames`` steps, across as many chunks as that takes.
+
+    Args:
+        pix: ``[V, n, K, 2]`` the chunk's reference; its frame ``i`` is step ``first_step + i``.
+        offset: ``[V, K, 2]``.
 
     Returns:
         ``[V, n, K, 2]``: a new tensor.
     """
-    n = pix.shape[1]
-    i = torch.arange(n, dtype=torch.float32)
-    w = torch.where(i < frames, 0.5 * (1.0 + torch.cos(torch.pi * i / max(frames, 1))), 0.0)
-    off = torch.where(valid[..., None].bool(), uv.float() - pix[:, 0].float(), 0.0)
-    return pix + w[None, :, None, None] * off[:, None]
+    s = first_step + torch.arange(pix.shape[1], dtype=torch.float32)
+    w = torch.where(s < frames, 0.5 * (1.0 + torch.cos(torch.pi * s / max(frames, 1))), 0.0)
+    return pix + w[None, :, None, None] * offset[:, None].to(pix)
