@@ -280,3 +280,79 @@ def test_replayed_clip_carries_its_body_size_for_depth_rescale(walk: Path):
         float(np.median(sizes)) * 1080.0 / m.image_size[1], rel=1e-5
     )
     assert 50.0 < gen.stats.scale_px < 300.0  # 5 m, focal 1400: ~135 px
+
+
+@needs_mocap
+def test_loop_clips_carry_the_reference_and_the_simulated_states(tmp_path: Path, walk: Path):
+    """``--clips-out``: each episode becomes a 2D clip of the reference the tracker was handed
+    (per-frame follow cameras) with the simulated states as initial states; it loads as a
+    training clip and as a start library whose states are the recorded ones. Episodes are
+    cut before the first step that falls or loses the reference; short ones are skipped."""
+    from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+
+    from mimic2dm.control.clips import LoopClipSettings, LoopClipWriter, usable_frames
+    from mimic2dm.engines.base import SimState
+
+    policy, _ = load_models(None, None, True)[:2]
+    ctl = Controller(policy, replay_generator(walk))
+    try:
+        lib = load_start_library(
+            [str(walk)], ctl.engine.character, ctl.engine.default_state(1), ctl.cfg, ctl.hz
+        )
+        rec = ctl.run(ControlSettings(seconds=1.0, start_states=lib, record_states=True))
+        keep_all = LoopClipSettings(max_error_px=1e6, min_root_height=0.0, min_frames=5)
+        w = LoopClipWriter(
+            tmp_path / "loop", keep_all, "humanoid", "coco17", ctl.hz, (1920, 1080), {}
+        )
+        path = w.add(rec, 7, "walk")
+        clip_lib = load_start_library(
+            [str(path)], ctl.engine.character, ctl.engine.default_state(1), ctl.cfg, ctl.hz
+        )
+    finally:
+        ctl.close()
+    m = load_motion2d(path)
+    assert path.name == "loop_7.npz" and m.num_frames == 30 and m.labels == {"skill": "walk"}
+    assert m.camera_R.shape == (1, 30, 3, 3) and m.init_character == "humanoid"
+    ref = rec.stacked("ref")[:, 0].numpy()
+    np.testing.assert_allclose(m.keypoints[0], ref, atol=1e-3)
+    rec_states = SimState.cat(rec.states)
+    np.testing.assert_allclose(m.init_dof_pos, rec_states.dof_pos.numpy(), atol=1e-6)
+    # the tracker's training loads it (view_mode=clip); as start states it gives the recorded
+    # ones back (up to the ground lift that training applies too)
+    lib2 = ReferenceLibrary.from_files([str(path)], 30.0, view_mode="clip")
+    assert lib2.lengths.tolist() == [30]
+    torch.testing.assert_close(clip_lib.states.dof_pos, rec_states.dof_pos)
+    torch.testing.assert_close(clip_lib.states.root_pos[:, :2], rec_states.root_pos[:, :2])
+    assert float((clip_lib.states.root_pos[:, 2] - rec_states.root_pos[:, 2]).abs().max()) < 0.06
+    # the cut: 10 steps before the root first drops below 0.5 m; too short: no clip
+    rec.root_height = [1.0] * 20 + [0.4] * 10
+    assert usable_frames(rec, 1080, LoopClipSettings(min_frames=5)) == 10
+    assert usable_frames(rec, 1080, LoopClipSettings(min_frames=11)) == 0
+    rec.root_height = [1.0] * 30
+    assert usable_frames(rec, 1080, LoopClipSettings(max_error_px=1e6, min_frames=5)) == 30
+    assert w.add(rec, 8, "walk") is not None
+    rec.root_height = [0.2] * 30  # fallen from the start: nothing kept under the default cut
+    w.s = LoopClipSettings(max_error_px=1e6, min_frames=5)
+    assert w.add(rec, 9, None) is None
+    manifest = json.loads((tmp_path / "loop" / "manifest.json").read_text())
+    assert [(e["seed"], e["kept"], e["file"]) for e in manifest["episodes"]] == [
+        (7, 30, "loop_7.npz"),
+        (8, 30, "loop_8.npz"),
+        (9, 0, None),
+    ]
+
+
+@needs_mocap
+def test_control_cli_clips_out(tmp_path: Path, walk: Path):
+    out = tmp_path / "clips"
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--start-states",
+                                   str(walk), "--seconds", "1", "--episodes", "2", "--no-fid", "--clips-out",
+                                   str(out), "--clips-max-error", "100000", "--clips-min-frames", "3"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [e["seed"] for e in manifest["episodes"]] == [0, 1]
+    assert manifest["source"]["generator_type"] == "replay"
+    assert all(e["kept"] == 0 or (out / e["file"]).is_file() for e in manifest["episodes"])
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--reference", str(walk), "--seconds", "1",
+                                   "--no-fid", "--clips-out", str(out), "--clips-min-frames", "0"])  # fmt: skip
+    assert res.exit_code == 1 and "--clips-min-frames" in res.output

@@ -94,6 +94,21 @@ def control_cmd(
         help="Clip(s) with 3D (or preprocessed) states: start each episode from the one that best "
         "matches the first generated frames, at the best azimuth (default: the default pose).",
     ),
+    clips_out: str = typer.Option(
+        None,
+        "--clips-out",
+        help="Write each episode as a tracker training clip (the reference as the follow cameras "
+        "saw it, the simulated states as initial states), cut before a fall or a lost reference "
+        "(docs/control.md).",
+    ),
+    clips_max_error: float = typer.Option(
+        300.0,
+        "--clips-max-error",
+        help="With --clips-out: cut before a keypoint this far off (px at 1080p).",
+    ),
+    clips_min_frames: int = typer.Option(
+        45, "--clips-min-frames", help="With --clips-out: shorter clips are not written."
+    ),
     start_blend: int = typer.Option(
         0,
         "--start-blend",
@@ -126,8 +141,15 @@ def control_cmd(
                                 depth_rescale=depth_rescale, start_blend=start_blend)  # fmt: skip
             policy, gen, name = load_models(tracker, generator, random_weights, random_model,
                                             character, seed, reference, reference_views)  # fmt: skip
+            clip_settings = None
+            if clips_out:
+                from mimic2dm.control.clips import LoopClipSettings
+
+                clip_settings = LoopClipSettings(
+                    max_error_px=clips_max_error, min_frames=clips_min_frames
+                )
             report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,
-                                 start_states or None)  # fmt: skip
+                                 start_states or None, clips_out, clip_settings)  # fmt: skip
     except (ValueError, FileNotFoundError, KeyError) as e:
         _fail(e)
     summary = {k: v for k, v in report.items() if k not in ("per_episode", "settings")}

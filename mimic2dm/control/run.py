@@ -134,7 +134,8 @@ def load_models(tracker: str | None, generator: str | None, random_weights: bool
 
 def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_extractor: str | None = None,
                 real: str | None = None, video: str | None = None, fid: bool = True,
-                tracker_name: str = "", start_states: list[str] | None = None) -> dict:  # fmt: skip
+                tracker_name: str = "", start_states: list[str] | None = None,
+                clips_out: str | None = None, clip_settings=None) -> dict:  # fmt: skip
     """Run ``episodes`` controlled runs (seeds ``settings.seed + i``) and report Table 3.
 
     Args:
@@ -146,6 +147,8 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
         fid: compute FID / diversity.
         start_states: clips whose physical states episodes start from, the one matching the
             first generated frames best (:mod:`mimic2dm.control.start`); None: the default pose.
+        clips_out: write each episode there as a training clip (:mod:`mimic2dm.control.clips`,
+            cut by ``clip_settings``, a ``LoopClipSettings``; None: its defaults).
     """
     from mimic2dm.utils.validate import check
 
@@ -161,11 +164,15 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
                                      ctl.cfg, ctl.hz)  # fmt: skip
             settings = dataclasses.replace(settings, start_states=lib)
         fid_set = _fid_set(kset, real, fid_extractor) if fid else None
+        writer = (
+            _clip_writer(ctl, clips_out, clip_settings, tracker_name, gen) if clips_out else None
+        )
         for i in range(episodes):
-            s = dataclasses.replace(
-                settings, seed=settings.seed + i, record_states=bool(video) and i == 0
-            )
+            s = dataclasses.replace(settings, seed=settings.seed + i,
+                                    record_states=(bool(video) and i == 0) or writer is not None)  # fmt: skip
             rec = ctl.run(s)
+            if writer is not None:
+                writer.add(rec, s.seed, s.skill if not s.switches else None)
             m = episode_metrics(rec, ctl.hz, ctl.cfg.camera.height, ctl.cfg.fall_height)
             az = rec.azimuth_deg
             per_ep.append({"seed": s.seed, "azimuth_deg": az, **m})
@@ -193,6 +200,15 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
         "per_episode": per_ep,
     }  # fmt: skip
     return report
+
+
+def _clip_writer(ctl: Controller, out: str, settings, tracker_name: str, gen):
+    from mimic2dm.control.clips import LoopClipSettings, LoopClipWriter
+
+    source = {"tracker": tracker_name, "generator": gen.source, "generator_type": gen.model_type}
+    return LoopClipWriter(out, settings or LoopClipSettings(), ctl.spec.character,
+                          ctl.engine.character.keypoint_set, ctl.hz,
+                          (ctl.cfg.camera.width, ctl.cfg.camera.height), source)  # fmt: skip
 
 
 def _kset(name: str):
