@@ -220,3 +220,78 @@ def test_generated_tracker_script_samples_preprocesses_and_trains(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert (out / "clips" / "walk_0.npz").stat().st_mtime_ns == stamp
     assert (tmp_path / "again" / "checkpoints" / "last.pt").is_file()
+
+
+def test_loop_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
+    """`cluster/loop_tracker.sh`: a missing tracker or generator, a bad count, no start states
+    or a missing clip is a usage error (exit 2) naming it, and nothing is written."""
+    script = str(ROOT / "cluster" / "loop_tracker.sh")
+    run, gen, clip = tmp_path / "run", tmp_path / "gen", tmp_path / "clip.npz"
+    run.mkdir()
+    gen.mkdir()
+    clip.write_bytes(b"")
+    ok = {"START_STATES": str(clip)}
+    cases = [
+        ([str(tmp_path / "nope"), str(gen), str(tmp_path / "o1")], ok, "no tracker run or checkpoint"),
+        ([str(run), str(tmp_path / "nope"), str(tmp_path / "o2")], ok, "no generator run or checkpoint"),
+        ([str(run), str(gen), str(tmp_path / "o3"), "x"], ok, "EPISODES must be a positive integer, got 'x'"),
+        ([str(run), str(gen), str(tmp_path / "o4"), "2", "walk", "1.5"], ok, "SECONDS must be a positive integer"),
+        ([str(run), str(gen), str(tmp_path / "o5")], {}, "START_STATES (env) must name clips"),
+        ([str(run), str(gen), str(tmp_path / "o6")], {"START_STATES": str(tmp_path / "missing.npz")},
+         "START_STATES: no file"),
+        ([str(run), str(gen), str(tmp_path / "o7")], {**ok, "EXTRA_CLIPS": str(tmp_path / "x.npz")},
+         "EXTRA_CLIPS: no file"),
+        ([str(run), str(gen)], ok, "usage:"),
+    ]  # fmt: skip
+    for args, extra, message in cases:
+        res = subprocess.run(["bash", script, *args], cwd=tmp_path, env=_script_env(**extra),
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert res.returncode == 2 and message in res.stderr, (args, res.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["clip.npz", "gen", "run"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_loop_tracker_script_makes_clips_in_the_loop_and_fine_tunes(tmp_path):
+    """`cluster/loop_tracker.sh RUN GEN OUT 2 walk 600 -- overrides` with a one-epoch tracker
+    and a 2-step diffusion generator: two controlled episodes become loop clips (per-frame
+    cameras and states), and the tracker is fine-tuned from RUN on them plus an extra clip."""
+    import numpy as np
+    from generator_helpers import HAVE_MOCAP
+
+    if not HAVE_MOCAP:
+        pytest.skip("shared mocap missing")
+    env = _script_env()
+    gen = tmp_path / "gen"
+    subprocess.run(["mimic2dm-train-generator", "model=diffusion", "gen_data=cmu_views_control",
+                    "gen_data.build.pairs=2", "gen_data.build.heldout_pairs=1", f"run_dir={gen}",
+                    "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
+                    "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
+    real = tmp_path / "real.npz"
+    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
+                    str(real), "--seconds", "1.5", "--camera", "tracking", "--ground", "--seed", "0"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
+    run = tmp_path / "run"
+    subprocess.run(["mimic2dm-train", "data=files", f"data.clips=[{real}]", *tiny, "train.max_epochs=1",
+                    "logger.tensorboard=false", f"run_dir={run}"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=600)  # fmt: skip
+    out = tmp_path / "out"
+    cmd = ["bash", str(ROOT / "cluster" / "loop_tracker.sh"), str(run), str(gen), str(out), "2", "walk", "600",
+           "--", *tiny, "train.max_epochs=1", "logger.tensorboard=false"]  # fmt: skip
+    env = {**env, "START_STATES": str(real), "EXTRA_CLIPS": str(real),
+           "CONTROL_ARGS": "--clips-max-error 100000 --clips-min-frames 3"}  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    manifest = json.loads((out / "clips" / "walk" / "manifest.json").read_text())
+    assert [e["seed"] for e in manifest["episodes"]] == [1000, 1001]
+    kept = [e for e in manifest["episodes"] if e["file"]]
+    assert kept, manifest
+    clip = np.load(out / "clips" / "walk" / kept[0]["file"], allow_pickle=True)
+    T = kept[0]["kept"]
+    assert clip["camera_R"].shape == (1, T, 3, 3) and clip["init_dof_pos"].shape[0] == T
+    cfg = (out / "tracker" / "config.yaml").read_text()
+    assert str(real) in cfg and kept[0]["file"] in cfg and "view_mode: clip" in cfg
+    assert f"init_from: {run}" in cfg
+    summary = json.loads((out / "tracker" / "summary.json").read_text())
+    assert summary["epochs"] == 1 and (out / "tracker" / "checkpoints" / "last.pt").is_file()
