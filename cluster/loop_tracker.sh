@@ -9,7 +9,8 @@
 # START_STATES (env, required, space-separated clips with 3D or preprocessed states): `control
 # --start-states`, e.g. the tracker's own training clips. EXTRA_CLIPS (env, space-separated absolute
 # paths): added to the training set (its real clips, or an earlier round's OUT/clips/*/loop_*.npz).
-# CONTROL_ARGS (env): more `mimic2dm control` options. The fine-tuned run is OUT/tracker.
+# CONTROL_ARGS (env): more `mimic2dm control` options. SEED (env, default 1000): the first
+# episode's seed (a second round on new motion: another SEED). The fine-tuned run is OUT/tracker.
 set -euo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 TRACKER_RUN GEN_RUN OUT [EPISODES=80] [SKILLS=walk] [SECONDS=3000] [-- TRAIN_OVERRIDES...]" >&2
@@ -30,6 +31,8 @@ done
 [ $# -gt 0 ] && [ "$1" = "--" ] && shift
 case "$EPISODES" in '' | *[!0-9]*) echo "$0: EPISODES must be a positive integer, got '$EPISODES'" >&2; exit 2 ;; esac
 case "$SECS" in '' | *[!0-9]*) echo "$0: SECONDS must be a positive integer, got '$SECS'" >&2; exit 2 ;; esac
+SEED=${SEED:-1000}
+case "$SEED" in '' | *[!0-9]*) echo "$0: SEED must be a non-negative integer, got '$SEED'" >&2; exit 2 ;; esac
 [ -n "${START_STATES:-}" ] || { echo "$0: START_STATES (env) must name clips with 3D or preprocessed states" >&2; exit 2; }
 start=()
 for c in $START_STATES; do
@@ -45,7 +48,7 @@ for s in ${SKILLS//,/ }; do
   if [ ! -f "$OUT/control_$s.json" ]; then  # written when all its episodes are done
     # shellcheck disable=SC2086
     mimic2dm control --tracker "$TRACKER" --generator "$GEN" "${start[@]}" --skill "$s" --seconds 10 \
-        --seed 1000 --episodes "$EPISODES" --no-fid --clips-out "$d" ${CONTROL_ARGS:-} \
+        --seed "$SEED" --episodes "$EPISODES" --no-fid --clips-out "$d" ${CONTROL_ARGS:-} \
         --json "$OUT/control_$s.json" > /dev/null
   fi
 done

@@ -237,6 +237,7 @@ def test_loop_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
         ([str(run), str(gen), str(tmp_path / "o3"), "x"], ok, "EPISODES must be a positive integer, got 'x'"),
         ([str(run), str(gen), str(tmp_path / "o4"), "2", "walk", "1.5"], ok, "SECONDS must be a positive integer"),
         ([str(run), str(gen), str(tmp_path / "o5")], {}, "START_STATES (env) must name clips"),
+        ([str(run), str(gen), str(tmp_path / "o8")], {**ok, "SEED": "-1"}, "SEED must be a non-negative integer"),
         ([str(run), str(gen), str(tmp_path / "o6")], {"START_STATES": str(tmp_path / "missing.npz")},
          "START_STATES: no file"),
         ([str(run), str(gen), str(tmp_path / "o7")], {**ok, "EXTRA_CLIPS": str(tmp_path / "x.npz")},
