@@ -25,6 +25,21 @@ def _script_env(**extra: str) -> dict:
             **extra}  # fmt: skip
 
 
+def _tiny_generator_and_walk(tmp_path: Path, env: dict, camera: str) -> tuple[Path, Path]:
+    """A 2-step diffusion generator on `gen_data=cmu_views_control` (``tmp_path/gen``) and a
+    1.5 s synthetic cmu_walk clip seen by a ``camera`` camera (``tmp_path/real.npz``)."""
+    gen = tmp_path / "gen"
+    subprocess.run(["mimic2dm-train-generator", "model=diffusion", "gen_data=cmu_views_control",
+                    "gen_data.build.pairs=2", "gen_data.build.heldout_pairs=1", f"run_dir={gen}",
+                    "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
+                    "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
+    real = tmp_path / "real.npz"
+    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
+                    str(real), "--seconds", "1.5", "--camera", camera, "--ground", "--seed", "0"],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    return gen, real
+
+
 def test_training_joins_an_existing_ray_cluster_by_address(tmp_path):
     run = tmp_path / "run"
     env = _script_env(RAY_PORT=str(free_port()), RAY_CPUS="2")
@@ -184,15 +199,7 @@ def test_generated_tracker_script_samples_preprocesses_and_trains(tmp_path):
     if not HAVE_MOCAP:
         pytest.skip("shared mocap missing")
     env = _script_env()
-    gen = tmp_path / "gen"
-    subprocess.run(["mimic2dm-train-generator", "model=diffusion", "gen_data=cmu_views_control",
-                    "gen_data.build.pairs=2", "gen_data.build.heldout_pairs=1", f"run_dir={gen}",
-                    "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
-                    "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
-    real = tmp_path / "real.npz"
-    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
-                    str(real), "--seconds", "1.5", "--camera", "static", "--ground", "--seed", "0"],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    gen, real = _tiny_generator_and_walk(tmp_path, env, "static")
     out = tmp_path / "out"
     tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
     cmd = ["bash", str(ROOT / "cluster" / "generated_tracker.sh"), str(gen), str(out), "2", "walk", "600", "--",
@@ -263,15 +270,7 @@ def test_loop_tracker_script_makes_clips_in_the_loop_and_fine_tunes(tmp_path):
     if not HAVE_MOCAP:
         pytest.skip("shared mocap missing")
     env = _script_env()
-    gen = tmp_path / "gen"
-    subprocess.run(["mimic2dm-train-generator", "model=diffusion", "gen_data=cmu_views_control",
-                    "gen_data.build.pairs=2", "gen_data.build.heldout_pairs=1", f"run_dir={gen}",
-                    "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
-                    "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
-    real = tmp_path / "real.npz"
-    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
-                    str(real), "--seconds", "1.5", "--camera", "tracking", "--ground", "--seed", "0"],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
+    gen, real = _tiny_generator_and_walk(tmp_path, env, "tracking")
     tiny = [o for o in TINY if not o.startswith("train.checkpoint.")]
     run = tmp_path / "run"
     subprocess.run(["mimic2dm-train", "data=files", f"data.clips=[{real}]", *tiny, "train.max_epochs=1",
