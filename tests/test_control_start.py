@@ -340,6 +340,21 @@ def test_loop_clips_carry_the_reference_and_the_simulated_states(tmp_path: Path,
         (8, 30, "loop_8.npz"),
         (9, 0, None),
     ]
+    # a second run into the same directory keeps the first run's episodes; seed 8 again,
+    # now too short, replaces its entry and removes its stale clip
+    w2 = LoopClipWriter(
+        tmp_path / "loop", LoopClipSettings(), "humanoid", "coco17", 30.0, (1920, 1080), {}
+    )
+    assert w2.add(rec, 8, "walk") is None
+    manifest = json.loads((tmp_path / "loop" / "manifest.json").read_text())
+    assert [(e["seed"], e["kept"]) for e in manifest["episodes"]] == [(7, 30), (9, 0), (8, 0)]
+    assert sorted(p.name for p in (tmp_path / "loop").glob("*.npz")) == ["loop_7.npz"]
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a loop-clip manifest"):
+        LoopClipWriter(
+            tmp_path / "bad", LoopClipSettings(), "humanoid", "coco17", 30.0, (1920, 1080), {}
+        )
 
 
 @needs_mocap

@@ -112,8 +112,8 @@ def control_cmd(
     start_blend: int = typer.Option(
         0,
         "--start-blend",
-        help="With --start-states: ease the first chunk's reference in from the character's own "
-        "projection over this many control steps (0: no blend; docs/control.md).",
+        help="With --start-states: ease the reference in from the character's own projection "
+        "over the first N control steps (0: no blend; docs/control.md).",
     ),
 ) -> None:
     """Drive a frozen tracker with a 2D motion generator in real time; report the paper's Table 3.

@@ -92,8 +92,10 @@ def record_to_clip(rec, T: int, kset: str, character: str, hz: float,
 class LoopClipWriter:
     """Writes controlled episodes to ``out`` as ``loop_<seed>.npz`` with a manifest.
 
-    The manifest (``manifest.json``, rewritten after every episode) lists every episode
-    with the steps it kept, so a stopped run loses nothing already written.
+    The manifest (``manifest.json``, rewritten atomically after every episode) lists every
+    episode with the steps it kept, so a stopped run loses nothing already written. Into a
+    directory that has one, the episodes of earlier runs are kept; an episode of the same
+    seed replaces the earlier entry (and its file).
     """
 
     def __init__(self, out: str | Path, settings: LoopClipSettings, character: str, kset: str,
@@ -108,6 +110,14 @@ class LoopClipWriter:
             image_size,
         )
         self.manifest = {"source": source, "settings": settings.__dict__, "episodes": []}
+        if (self.out / MANIFEST).is_file():
+            try:
+                self.manifest["episodes"] = json.loads((self.out / MANIFEST).read_text())[
+                    "episodes"
+                ]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"--clips-out {self.out}: {MANIFEST} is not a loop-clip manifest "
+                                 f"({e}); choose another directory") from None  # fmt: skip
 
     def add(self, rec, seed: int, label: str | None) -> Path | None:
         T = usable_frames(rec, self.size[1], self.s)
@@ -122,8 +132,13 @@ class LoopClipWriter:
             m = record_to_clip(rec, T, self.kset, self.character, self.hz, self.size, labels, meta)
             path = self.out / f"loop_{seed}.npz"
             save_motion2d(m, path)
-        self.manifest["episodes"].append({"seed": seed, "steps": len(rec.uv), "kept": T,
-                                          "file": path.name if path else None})  # fmt: skip
+        eps = [e for e in self.manifest["episodes"] if e.get("seed") != seed]
+        eps.append(
+            {"seed": seed, "steps": len(rec.uv), "kept": T, "file": path.name if path else None}
+        )
+        self.manifest["episodes"] = eps
+        if path is None:  # an earlier run's clip of this seed no longer describes this episode
+            (self.out / f"loop_{seed}.npz").unlink(missing_ok=True)
         tmp = self.out / (MANIFEST + ".tmp")
         tmp.write_text(json.dumps(self.manifest, indent=2) + "\n")
         tmp.replace(self.out / MANIFEST)
