@@ -33,6 +33,10 @@ def models():
 
 @pytest.fixture(scope="module")
 def real_dir(tmp_path_factory):
+    from generator_helpers import HAVE_MOCAP, MOCAP
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"mocap clips not found in {MOCAP}")
     """A small directory of real 2D motion (CMU clips, one orthogonal view pair each)."""
     from mimic2dm.generators.data import ViewDatasetSpec, build_view_dataset
 
@@ -283,6 +287,10 @@ def test_rollouts_feed_generator_loader_and_checkpoint_drives_control(tmp_path, 
 
 def test_project_views_matches_generator_pairs():
     """``rollouts``' projection equals the generators' orthogonal pair builder for V = 2."""
+    from generator_helpers import HAVE_MOCAP, MOCAP
+
+    if not HAVE_MOCAP:
+        pytest.skip(f"mocap clips not found in {MOCAP}")
     import numpy as np
     from mimic2dm.generators.data import DEFAULT_MOCAP_DIR, ViewDatasetSpec, _pair
 
