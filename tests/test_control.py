@@ -282,7 +282,7 @@ def test_rollouts_feed_generator_loader_and_checkpoint_drives_control(tmp_path, 
         rec = ctl.run(ControlSettings(seconds=1.0, skill="hop"))
     finally:
         ctl.close()
-    assert len(rec.uv) == 30 and len(rec.chunks) == 1
+    assert len(rec.uv) == 30 and [c[0] for c in rec.chunks] == [0, 8, 16, 24]  # 8-step chunks
 
 
 def test_project_views_matches_generator_pairs():
