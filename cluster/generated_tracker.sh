@@ -21,15 +21,15 @@ fi
 GEN=$(realpath "$1")
 OUT=$(realpath -m "$2")
 shift 2
+# shellcheck source=cluster/lib_args.sh
+. "$(dirname "$0")/lib_args.sh"
 N=16
 SKILLS=walk
 SECS=3000
-for v in N SKILLS SECS; do
-  if [ $# -gt 0 ] && [ "$1" != "--" ]; then printf -v "$v" '%s' "$1"; shift; fi
-done
-[ $# -gt 0 ] && [ "$1" = "--" ] && shift
-case "$N" in '' | *[!0-9]*) echo "$0: N must be a positive integer, got '$N'" >&2; exit 2 ;; esac
-case "$SECS" in '' | *[!0-9]*) echo "$0: SECONDS must be a positive integer, got '$SECS'" >&2; exit 2 ;; esac
+take_positionals N SKILLS SECS -- "$@"
+set -- ${REST[@]+"${REST[@]}"}
+require_int N "$N"
+require_int SECONDS "$SECS"
 FRAMES=${FRAMES:-300}
 SAMPLE_CAMERA=${SAMPLE_CAMERA:-scale_px=135}
 ROOT_SMOOTH=${ROOT_SMOOTH:-0.5}

@@ -22,17 +22,17 @@ TRACKER=$(realpath "$1")
 GEN=$(realpath "$2")
 OUT=$(realpath -m "$3")
 shift 3
+# shellcheck source=cluster/lib_args.sh
+. "$(dirname "$0")/lib_args.sh"
 EPISODES=80
 SKILLS=walk
 SECS=3000
-for v in EPISODES SKILLS SECS; do
-  if [ $# -gt 0 ] && [ "$1" != "--" ]; then printf -v "$v" '%s' "$1"; shift; fi
-done
-[ $# -gt 0 ] && [ "$1" = "--" ] && shift
-case "$EPISODES" in '' | *[!0-9]*) echo "$0: EPISODES must be a positive integer, got '$EPISODES'" >&2; exit 2 ;; esac
-case "$SECS" in '' | *[!0-9]*) echo "$0: SECONDS must be a positive integer, got '$SECS'" >&2; exit 2 ;; esac
+take_positionals EPISODES SKILLS SECS -- "$@"
+set -- ${REST[@]+"${REST[@]}"}
+require_int EPISODES "$EPISODES"
+require_int SECONDS "$SECS"
 SEED=${SEED:-1000}
-case "$SEED" in '' | *[!0-9]*) echo "$0: SEED must be a non-negative integer, got '$SEED'" >&2; exit 2 ;; esac
+require_int SEED "$SEED" non-negative
 [ -n "${START_STATES:-}" ] || { echo "$0: START_STATES (env) must name clips with 3D or preprocessed states" >&2; exit 2; }
 start=()
 for c in $START_STATES; do

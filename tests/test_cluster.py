@@ -167,6 +167,26 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
     assert bad.returncode == 2 and "unknown method nope" in bad.stderr
 
 
+def test_cluster_argument_helpers_split_positionals_from_overrides():
+    """`cluster/lib_args.sh`: optional positionals stop at `--` (what follows is left for the
+    training overrides), missing ones keep their defaults; integers are checked by name."""
+    lib = ROOT / "cluster" / "lib_args.sh"
+    script = (f". {lib}; A=a; B=b; C=c; take_positionals A B C -- \"$@\"; "
+              'echo "$A|$B|$C|${REST[*]}"; require_int SEED 0 non-negative; require_int N "$A"')  # fmt: skip
+    cases = [
+        (["1", "--", "x=1", "--y"], 0, "1|b|c|x=1 --y\n"),
+        (["1", "2", "3", "4"], 0, "1|2|3|4\n"),
+        ([], 2, "a|b|c|\n"),
+        (["007"], 0, "007|b|c|\n"),
+        (["0"], 2, "0|b|c|\n"),
+    ]
+    for args, rc, out in cases:
+        res = subprocess.run(["bash", "-c", script, "t.sh", *args], capture_output=True, text=True, timeout=60)
+        assert (res.returncode, res.stdout) == (rc, out), (args, res.stdout, res.stderr)
+        if rc:
+            assert f"N must be a positive integer, got '{args[0] if args else 'a'}'" in res.stderr
+
+
 def test_generated_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
     """`cluster/generated_tracker.sh`: a missing generator, a bad N or a missing real clip is a
     usage error (exit 2) naming it, and nothing is written."""
@@ -245,6 +265,7 @@ def test_loop_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
         ([str(run), str(gen), str(tmp_path / "o4"), "2", "walk", "1.5"], ok, "SECONDS must be a positive integer"),
         ([str(run), str(gen), str(tmp_path / "o5")], {}, "START_STATES (env) must name clips"),
         ([str(run), str(gen), str(tmp_path / "o8")], {**ok, "SEED": "-1"}, "SEED must be a non-negative integer"),
+        ([str(run), str(gen), str(tmp_path / "o9"), "0"], ok, "EPISODES must be a positive integer, got '0'"),
         ([str(run), str(gen), str(tmp_path / "o6")], {"START_STATES": str(tmp_path / "missing.npz")},
          "START_STATES: no file"),
         ([str(run), str(gen), str(tmp_path / "o7")], {**ok, "EXTRA_CLIPS": str(tmp_path / "x.npz")},
