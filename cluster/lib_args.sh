@@ -3,12 +3,11 @@
 # take_positionals NAME... -- ARGS...: assigns ARGS in order to the NAMEs until ARGS run out or reach
 # a "--"; what follows that "--" (or the unassigned ARGS) is left in the array REST.
 take_positionals() {
-  local names=()
-  while [ $# -gt 0 ] && [ "$1" != "--" ]; do names+=("$1"); shift; done
+  local _tp_names=() _tp_n  # prefixed so that printf -v never sets these instead of a caller variable
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do _tp_names+=("$1"); shift; done
   [ $# -gt 0 ] && shift
-  local n
-  for n in "${names[@]}"; do
-    if [ $# -gt 0 ] && [ "$1" != "--" ]; then printf -v "$n" '%s' "$1"; shift; fi
+  for _tp_n in "${_tp_names[@]}"; do
+    if [ $# -gt 0 ] && [ "$1" != "--" ]; then printf -v "$_tp_n" '%s' "$1"; shift; fi
   done
   [ $# -gt 0 ] && [ "$1" = "--" ] && shift
   REST=("$@")
