@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from generator_helpers import needs_mocap
 from typer.testing import CliRunner
 
 from mimic2dm.cli import app
@@ -33,12 +34,12 @@ def models():
 
 @pytest.fixture(scope="module")
 def real_dir(tmp_path_factory):
+    """A small directory of real 2D motion (CMU clips, one orthogonal view pair each)."""
     from generator_helpers import HAVE_MOCAP, MOCAP
+    from mimic2dm.generators.data import ViewDatasetSpec, build_view_dataset
 
     if not HAVE_MOCAP:
         pytest.skip(f"mocap clips not found in {MOCAP}")
-    """A small directory of real 2D motion (CMU clips, one orthogonal view pair each)."""
-    from mimic2dm.generators.data import ViewDatasetSpec, build_view_dataset
 
     d = tmp_path_factory.mktemp("real")
     build_view_dataset(d, ViewDatasetSpec(pairs=1, seed=3))
@@ -285,12 +286,9 @@ def test_rollouts_feed_generator_loader_and_checkpoint_drives_control(tmp_path, 
     assert len(rec.uv) == 30 and [c[0] for c in rec.chunks] == [0, 8, 16, 24]  # 8-step chunks
 
 
+@needs_mocap
 def test_project_views_matches_generator_pairs():
     """``rollouts``' projection equals the generators' orthogonal pair builder for V = 2."""
-    from generator_helpers import HAVE_MOCAP, MOCAP
-
-    if not HAVE_MOCAP:
-        pytest.skip(f"mocap clips not found in {MOCAP}")
     import numpy as np
     from mimic2dm.generators.data import DEFAULT_MOCAP_DIR, ViewDatasetSpec, _pair
 
