@@ -181,7 +181,9 @@ def test_cluster_argument_helpers_split_positionals_from_overrides():
         (["0"], 2, "0|b|c|\n"),
     ]
     for args, rc, out in cases:
-        res = subprocess.run(["bash", "-c", script, "t.sh", *args], capture_output=True, text=True, timeout=60)
+        res = subprocess.run(
+            ["bash", "-c", script, "t.sh", *args], capture_output=True, text=True, timeout=60
+        )
         assert (res.returncode, res.stdout) == (rc, out), (args, res.stdout, res.stderr)
         if rc:
             assert f"N must be a positive integer, got '{args[0] if args else 'a'}'" in res.stderr
