@@ -10,7 +10,10 @@
 # --start-states`, e.g. the tracker's own training clips. EXTRA_CLIPS (env, space-separated absolute
 # paths): added to the training set (its real clips, or an earlier round's OUT/clips/*/loop_*.npz).
 # CONTROL_ARGS (env): more `mimic2dm control` options. SEED (env, default 1000): the first
-# episode's seed (a second round on new motion: another SEED). The fine-tuned run is OUT/tracker.
+# episode's seed (a second round on new motion: another SEED). VIEW_MODE (env, default clip):
+# `task.view_mode` of the fine-tune; `auto` shows the clips with 3D (real EXTRA_CLIPS) from fresh
+# virtual cameras (give the camera settings as TRAIN_OVERRIDES) and the loop clips in their own
+# views. The fine-tuned run is OUT/tracker.
 set -euo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: $0 TRACKER_RUN GEN_RUN OUT [EPISODES=80] [SKILLS=walk] [SECONDS=3000] [-- TRAIN_OVERRIDES...]" >&2
@@ -32,6 +35,8 @@ set -- ${REST[@]+"${REST[@]}"}
 require_int EPISODES "$EPISODES"
 require_int SECONDS "$SECS"
 SEED=${SEED:-1000}
+VIEW_MODE=${VIEW_MODE:-clip}
+case "$VIEW_MODE" in clip|auto) ;; *) echo "$0: VIEW_MODE: clip or auto, not '$VIEW_MODE' (loop clips have no 3D)" >&2; exit 2;; esac
 require_int SEED "$SEED" non-negative
 [ -n "${START_STATES:-}" ] || { echo "$0: START_STATES (env) must name clips with 3D or preprocessed states" >&2; exit 2; }
 start=()
@@ -58,6 +63,6 @@ for f in ${EXTRA_CLIPS:-} "$OUT"/clips/*/loop_*.npz; do
   list="${list:+$list,}$f"
 done
 [ -n "$list" ] || { echo "$0: no episode made a clip (see $OUT/clips/*/manifest.json)" >&2; exit 1; }
-mimic2dm-train data=files "data.clips=[$list]" task.view_mode=clip init_from="$TRACKER" train.learning_rate=1e-4 \
+mimic2dm-train data=files "data.clips=[$list]" task.view_mode="$VIEW_MODE" init_from="$TRACKER" train.learning_rate=1e-4 \
     train.max_seconds="$SECS" train.max_epochs=100000000 run_dir="$OUT/tracker" "$@"
 echo "tracker fine-tuned on loop-made clips: $OUT/tracker (clips: $OUT/clips)"

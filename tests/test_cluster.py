@@ -268,6 +268,8 @@ def test_loop_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
         ([str(run), str(gen), str(tmp_path / "o5")], {}, "START_STATES (env) must name clips"),
         ([str(run), str(gen), str(tmp_path / "o8")], {**ok, "SEED": "-1"}, "SEED must be a non-negative integer"),
         ([str(run), str(gen), str(tmp_path / "o9"), "0"], ok, "EPISODES must be a positive integer, got '0'"),
+        ([str(run), str(gen), str(tmp_path / "o10")], {**ok, "VIEW_MODE": "virtual"},
+         "VIEW_MODE: clip or auto, not 'virtual'"),
         ([str(run), str(gen), str(tmp_path / "o6")], {"START_STATES": str(tmp_path / "missing.npz")},
          "START_STATES: no file"),
         ([str(run), str(gen), str(tmp_path / "o7")], {**ok, "EXTRA_CLIPS": str(tmp_path / "x.npz")},
@@ -286,7 +288,8 @@ def test_loop_tracker_script_rejects_bad_arguments_before_any_work(tmp_path):
 def test_loop_tracker_script_makes_clips_in_the_loop_and_fine_tunes(tmp_path):
     """`cluster/loop_tracker.sh RUN GEN OUT 2 walk 600 -- overrides` with a one-epoch tracker
     and a 2-step diffusion generator: two controlled episodes become loop clips (per-frame
-    cameras and states), and the tracker is fine-tuned from RUN on them plus an extra clip."""
+    cameras and states), and the tracker is fine-tuned from RUN on them plus an extra clip
+    (`VIEW_MODE=auto`: the extra clip has 3D, the loop clips have not)."""
     import numpy as np
     from generator_helpers import HAVE_MOCAP
 
@@ -302,7 +305,7 @@ def test_loop_tracker_script_makes_clips_in_the_loop_and_fine_tunes(tmp_path):
     out = tmp_path / "out"
     cmd = ["bash", str(ROOT / "cluster" / "loop_tracker.sh"), str(run), str(gen), str(out), "2", "walk", "600",
            "--", *tiny, "train.max_epochs=1", "logger.tensorboard=false"]  # fmt: skip
-    env = {**env, "START_STATES": str(real), "EXTRA_CLIPS": str(real),
+    env = {**env, "START_STATES": str(real), "EXTRA_CLIPS": str(real), "VIEW_MODE": "auto",
            "CONTROL_ARGS": "--clips-max-error 100000 --clips-min-frames 3"}  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
@@ -314,7 +317,7 @@ def test_loop_tracker_script_makes_clips_in_the_loop_and_fine_tunes(tmp_path):
     T = kept[0]["kept"]
     assert clip["camera_R"].shape == (1, T, 3, 3) and clip["init_dof_pos"].shape[0] == T
     cfg = (out / "tracker" / "config.yaml").read_text()
-    assert str(real) in cfg and kept[0]["file"] in cfg and "view_mode: clip" in cfg
+    assert str(real) in cfg and kept[0]["file"] in cfg and "view_mode: auto" in cfg
     assert f"init_from: {run}" in cfg
     summary = json.loads((out / "tracker" / "summary.json").read_text())
     assert summary["epochs"] == 1 and (out / "tracker" / "checkpoints" / "last.pt").is_file()

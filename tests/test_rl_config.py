@@ -146,7 +146,10 @@ def test_minibatch_larger_than_the_batch_is_clamped(caplog):
         ("task.num_views=0", "task.num_views=0: expected an integer >= 1"),
         ("task.asi.temperature=-1", "task.asi.temperature=-1.0: expected a number > 0"),
         ("task.reward.alpha_pos=0", "task.reward.alpha_pos=0.0: expected a number > 0"),
-        ("task.view_mode=photo", "task.view_mode='photo': expected one of clip, virtual, mixed"),
+        (
+            "task.view_mode=photo",
+            "task.view_mode='photo': expected one of clip, virtual, mixed, auto",
+        ),
         ("task.camera.focal_range=[900,100]", "task.camera.focal_range\\[1\\]=100.0: expected"),
         ("data=files", "data.clips=\\[\\]: expected at least one"),
     ],

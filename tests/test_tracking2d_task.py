@@ -181,6 +181,29 @@ def test_batched_tracking_views_are_tracking_cameras_of_the_clip(demo, view_mode
     assert len(dists) == drawn  # independent cameras per env and view
 
 
+@pytest.mark.parametrize("camera_mode", ["static", "tracking"])
+def test_auto_views_are_virtual_only_for_clips_with_3d(demo, camera_mode):
+    """``auto`` draws virtual views for the clip that has 3D keypoints and keeps the own
+    views of the clip that has none (a loop-made clip); ``virtual`` refuses such a clip."""
+    import dataclasses
+
+    m3, m2 = demo
+    real = clip_from_motion(m2, 30.0, "real")
+    flat = dataclasses.replace(clip_from_motion(m2, 30.0, "loop"), keypoints3d=None)
+    with pytest.raises(ValueError, match=r"needs 3D keypoints; clips without them: \['loop'\]"):
+        ReferenceLibrary([real, flat], m2.keypoint_set, view_mode="virtual")
+    lib = ReferenceLibrary([real, flat], m2.keypoint_set, view_mode="auto", camera_mode=camera_mode)
+    ids = torch.tensor([0, 1, 0, 1, 1, 0])
+    out = lib.episode_views(ids, torch.Generator().manual_seed(5), 2)
+    n = real.num_frames
+    for e, c in enumerate(ids.tolist()):
+        for v in range(2):
+            own = any(
+                torch.allclose(out.uv[e, v, :n], lib.clips[c].uv[w]) for w in range(real.num_views)
+            )
+            assert own == (c == 1), (e, v, c)  # only the 3D-less clip keeps its own views
+
+
 def test_keypoint_set_mismatch_is_a_clear_error(demo):
     m3, m2 = demo
     with pytest.raises(ValueError, match="dog17"):

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mimic2dm.tasks.tracking2d.asi import ASIConfig
+from mimic2dm.tasks.tracking2d.reference import VIEW_MODES
 from mimic2dm.tasks.tracking2d.rewards import RewardConfig
 
 from mimic2dm.geometry.virtual import VirtualCameraConfig
-
-VIEW_MODES = ("clip", "virtual", "mixed")
 
 
 @dataclass
@@ -28,7 +27,8 @@ class TrackingConfig:
         early_termination: False: only time-outs and non-finite physics end episodes.
         action_scale: actions in [-1, 1] span ``action_scale`` x half the joint range
             around the default pose.
-        view_mode: ``clip`` | ``virtual`` | ``mixed`` (virtual needs clips with 3D keypoints).
+        view_mode: ``clip`` | ``virtual`` | ``mixed`` (virtual and mixed need clips with 3D
+            keypoints) | ``auto`` (virtual views for the clips with 3D, own views for the others).
         camera_mode: ``static`` | ``tracking`` | ``dynamic`` (virtual cameras).
         camera: virtual camera sampling ranges.
         reward: term scales and sharpness; asi: adaptive state initialisation.

@@ -28,6 +28,9 @@ from mimic2dm.motion.format import (
 from mimic2dm.motion.keypoint_sets import KeypointSet, load_keypoint_set
 from mimic2dm.motion.synth import resample
 
+#: where episode references come from (``ReferenceLibrary``; ``task.view_mode``)
+VIEW_MODES = ("clip", "virtual", "mixed", "auto")
+
 
 @dataclass
 class Clip:
@@ -211,7 +214,9 @@ class ReferenceLibrary:
         clips: the clips (same keypoint set).
         keypoint_set: name of that set.
         view_mode: ``"clip"`` (draw one of the clip's own views), ``"virtual"`` (a fresh
-            random virtual camera per episode; needs 3D keypoints) or ``"mixed"`` (half each).
+            random virtual camera per episode; needs 3D keypoints), ``"mixed"`` (half each) or
+            ``"auto"`` (per clip: virtual views for clips with 3D keypoints, their own views for
+            clips without, e.g. real clips beside clips made in the control loop).
         camera_mode: kind of virtual camera (``static``, ``tracking``, ``dynamic``).
         camera_config: sampling ranges of virtual cameras.
         control_hz: frame rate of the clips (they are resampled to the control rate).
@@ -232,9 +237,9 @@ class ReferenceLibrary:
         if short:
             raise ValueError(f"ReferenceLibrary: clips need >= {MIN_CONTROL_FRAMES} frames at the "
                              f"control rate; too short: {short}")  # fmt: skip
-        if view_mode not in ("clip", "virtual", "mixed"):
-            raise ValueError(f"view_mode {view_mode!r} is not one of clip, virtual, mixed")
-        if view_mode != "clip" and any(c.keypoints3d is None for c in clips):
+        if view_mode not in VIEW_MODES:
+            raise ValueError(f"view_mode {view_mode!r} is not one of {', '.join(VIEW_MODES)}")
+        if view_mode in ("virtual", "mixed") and any(c.keypoints3d is None for c in clips):
             bad = [c.name for c in clips if c.keypoints3d is None]
             raise ValueError(
                 f"view_mode={view_mode!r} needs 3D keypoints; clips without them: {bad}"
@@ -252,6 +257,7 @@ class ReferenceLibrary:
         self.max_len = int(self.lengths.max())
         self.root_idx = torch.tensor(self.kset.root)
         self.num_views = torch.tensor([c.num_views for c in self.clips])
+        self.has_3d = torch.tensor([c.keypoints3d is not None for c in self.clips])
         self.has_object_track = any(c.object_uv is not None for c in self.clips)
         self.max_views = int(self.num_views.max())
         self._padded = self._pad_clip_views()
@@ -387,12 +393,15 @@ class ReferenceLibrary:
     def _draw_virtual(
         self, out: EpisodeViews, clip_ids: torch.Tensor, gen: torch.Generator
     ) -> None:
-        """Replace views of ``out`` by fresh virtual views (all in ``virtual`` mode, half in ``mixed``)."""
+        """Replace views of ``out`` by fresh virtual views (all in ``virtual`` mode, half in
+        ``mixed``, those of clips with 3D keypoints in ``auto``)."""
         E, V = out.uv.shape[:2]
         if self.view_mode == "mixed":
             draw = torch.rand(E, V, generator=gen) >= 0.5
         else:
             draw = torch.ones(E, V, dtype=torch.bool)
+        if self.view_mode == "auto":
+            draw &= self.has_3d[clip_ids.cpu()][:, None]
         if (
             self.camera_mode == "tracking"
         ):  # batched per clip: resets are frequent early in training
