@@ -120,6 +120,8 @@ def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> 
         rec.stacked("uv"), rec.stacked("ref"), rec.stacked("mask"), height, rec.stacked("front")
     )
     err = err.transpose(0, 1)  # [V, T, K]
+    worst = metrics.max_error_per_frame(err).amax(0)  # [T] the worst view of each step
+    over = worst > metrics.SUCCESS_THRESHOLD_PX
     h = np.asarray(rec.root_height)
     fell = bool((h < fall_height).any())
     within = bool(metrics.success(err).all())
@@ -129,7 +131,11 @@ def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> 
         "fall_time_s": float(np.argmax(h < fall_height) / hz) if fell else None,
         "error_within_bound": within, "error_2d_px": float(metrics.mean_error_2d(err).mean()),
         "error_2d_px_per_view": [float(x) for x in metrics.mean_error_2d(err)],
-        "max_error_2d_px": float(metrics.max_error_per_frame(err).max()),
+        "max_error_2d_px": float(worst.max()),
+        # where the bound is lost: the worst step, the first step over it, the share over it
+        "max_error_time_s": int(worst.argmax()) / hz,
+        "first_over_bound_s": int(over.float().argmax()) / hz if bool(over.any()) else None,
+        "over_bound_share": float(over.float().mean()),
         "generator_ms_per_frame": 1e3 * rec.gen_seconds / max(rec.gen_frames, 1),
         "steps": len(rec.uv), "chunks": len(rec.chunks),
         "steps_per_s": len(rec.uv) / max(total, 1e-9),
