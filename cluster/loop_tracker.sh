@@ -35,9 +35,9 @@ set -- ${REST[@]+"${REST[@]}"}
 require_int EPISODES "$EPISODES"
 require_int SECONDS "$SECS"
 SEED=${SEED:-1000}
+require_int SEED "$SEED" non-negative
 VIEW_MODE=${VIEW_MODE:-clip}
 case "$VIEW_MODE" in clip|auto) ;; *) echo "$0: VIEW_MODE: clip or auto, not '$VIEW_MODE' (loop clips have no 3D)" >&2; exit 2;; esac
-require_int SEED "$SEED" non-negative
 [ -n "${START_STATES:-}" ] || { echo "$0: START_STATES (env) must name clips with 3D or preprocessed states" >&2; exit 2; }
 start=()
 for c in $START_STATES; do

@@ -352,19 +352,16 @@ def test_episode_metrics_locate_where_the_bound_is_lost():
         ref = torch.full((V, K, 2), 200.0)
         uv = ref.clone()
         uv[1, 3, 0] += {4: 60.0, 6: 80.0, 7: 55.0}.get(t, 10.0)  # view 1, 1080p: 120 / 160 / 110 px
-        rec.uv.append(uv), rec.ref.append(ref)
-        (
-            rec.mask.append(torch.ones(V, K, dtype=torch.bool)),
-            rec.front.append(torch.ones(V, K, dtype=torch.bool)),
-        )
+        rec.uv.append(uv)
+        rec.ref.append(ref)
+        rec.mask.append(torch.ones(V, K, dtype=torch.bool))
+        rec.front.append(torch.ones(V, K, dtype=torch.bool))
         rec.root_height.append(0.9)
     m = episode_metrics(rec, hz=10.0, height=540, fall_height=0.3)
-    assert m["max_error_2d_px"] == pytest.approx(160.0) and m["max_error_time_s"] == pytest.approx(
-        0.6
-    )
-    assert m["first_over_bound_s"] == pytest.approx(0.4) and m["over_bound_share"] == pytest.approx(
-        0.3
-    )
+    assert m["max_error_2d_px"] == pytest.approx(160.0)
+    assert m["max_error_time_s"] == pytest.approx(0.6)
+    assert m["first_over_bound_s"] == pytest.approx(0.4)
+    assert m["over_bound_share"] == pytest.approx(0.3)
     assert not m["success"] and not m["error_within_bound"] and not m["fell"]
     for uv in rec.uv:  # every step under the bound: nothing to locate
         uv[1, 3, 0] = 200.0 + 20.0
