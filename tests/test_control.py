@@ -13,10 +13,13 @@ from typer.testing import CliRunner
 from mimic2dm.cli import app
 from mimic2dm.control.controller import Controller, ControlSettings, parse_switch
 from mimic2dm.control.reference import (
+    ControlReference,
     FollowCamera,
     anchor_chunk,
     blend_start,
     character_anchor,
+    lateral_path,
+    level_path,
     start_offset,
 )
 from mimic2dm.control.run import load_models
@@ -209,6 +212,8 @@ def test_control_cli_errors(tmp_path):
     assert res.exit_code == 1 and "fly" in res.output and "walk" in res.output
     res = CliRunner().invoke(app, ["control", "--no-fid"])
     assert res.exit_code == 1 and "--tracker" in res.output
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--no-fid", "--follow", "orbit"])
+    assert res.exit_code == 1 and "--follow 'orbit'" in res.output and "chunk, step" in res.output
 
 
 def test_bench_control_prints_table(tmp_path):
@@ -368,3 +373,120 @@ def test_episode_metrics_locate_where_the_bound_is_lost():
     m = episode_metrics(rec, hz=10.0, height=540, fall_height=0.3)
     assert m["success"] and m["first_over_bound_s"] is None and m["over_bound_share"] == 0.0
     assert m["max_error_2d_px"] == pytest.approx(40.0)
+
+
+def test_lateral_path_reads_image_motion_as_metres_in_the_image_plane():
+    """Root velocities made from a known 3D step come back as that step: exactly its
+    image-plane part with one view (the viewing axis, on the ground, is ``null``), the whole
+    step with two orthogonal views (nothing unseen)."""
+    kset = load_keypoint_set("coco17")
+    K = kset.num_keypoints
+    cam = FollowCamera(2, 30.0, elevation_deg=10.0)
+    R, _, _ = cam.place(torch.tensor([1.0, 2.0, 1.0]))
+    scale = torch.tensor([140.0, 140.0])
+    size_m = 140.0 * cam.distance / cam.focal
+    d = torch.tensor([0.05, -0.02, 0.01])  # metres per frame
+    feats = torch.zeros(2, 6, 2 * K + 3)
+    feats[..., 2 * K : 2 * K + 2] = (R[:, :2] @ d / size_m)[:, None]  # body sizes per frame
+    feats[..., 2 * K + 2] = 0.3  # a size velocity: not used
+    step, null = lateral_path(feats, R, scale, kset, cam.distance, cam.focal)
+    assert torch.allclose(step, d.expand(6, 3), atol=1e-5) and null.shape == (3, 0)
+    step1, null1 = lateral_path(feats[:1], R[:1], scale[:1], kset, cam.distance, cam.focal)
+    axis = R[0, 2].clone()
+    axis[2] = 0
+    axis = axis / axis.norm()
+    assert null1.shape == (3, 1) and abs(float(null1[:, 0] @ axis)) == pytest.approx(1.0, abs=1e-5)
+    in_plane = R[0, :2].T @ (R[0, :2] @ d)
+    assert torch.allclose(step1, in_plane.expand(6, 3), atol=1e-5)
+
+
+def test_lateral_path_of_a_projected_sideways_walk():
+    """A rigid body moving across a static follow camera's view at 5 m, projected, turned into
+    canonical features and read back, moves by the 3D step (within 1 %)."""
+    from mimic2dm.geometry.camera import project_points
+    from mimic2dm.motion.canonical import to_canonical
+
+    kset = load_keypoint_set("coco17")
+    cam = FollowCamera(1, 70.0, elevation_deg=10.0)
+    P0 = torch.tensor([0.0, 0.0, 1.0])
+    R, t, k = cam.place(P0)
+    body = torch.randn(17, 3, generator=torch.Generator().manual_seed(0)) * 0.2
+    body[list(kset.root)] = body[list(kset.root)] - body[list(kset.root)].mean(0)
+    sh = body[[5, 6]].mean(0)
+    body[[5, 6]] += (
+        torch.tensor([0.0, 0.0, 0.5]) - sh
+    )  # shoulders 0.5 m above the hips (the body-size segment)
+    d = R[0, 0] * 0.04  # along the image's x axis, 4 cm per frame
+    pts = P0 + body[None] + d * torch.arange(10.0)[:, None, None]  # [10, K, 3]
+    uv, _ = project_points(R[0], t[0], k[0], pts)
+    c = to_canonical(uv, kset, window=1)
+    feats = torch.cat([c.local[:-1].flatten(1), c.root_vel, c.log_scale_vel[:, None]], dim=1)[None]
+    scale = body_scale(uv[:1], torch.ones(1, 17, dtype=torch.bool), kset, window=1)
+    step, _ = lateral_path(feats, R, scale, kset, cam.distance, cam.focal)
+    # du / s = dx / S at the root's depth: the step comes back whatever the body's size
+    assert torch.allclose(step, d.expand_as(step), atol=4e-4)  # 1 % of 4 cm
+
+
+def test_level_path_removes_the_vertical_drift_and_keeps_a_hop():
+    """A climb of 2 cm per frame under a 15-frame hop: the drift goes, the hop stays, and the
+    horizontal steps are integrated as they are."""
+    i = torch.arange(45.0)
+    vz = 0.02 + 0.05 * torch.sin(2 * math.pi * i / 15)
+    steps = torch.stack([torch.full_like(i, 0.03), torch.zeros_like(i), vz], dim=1)
+    off = level_path(steps[30:], steps[:30, 2])
+    assert torch.equal(off[0], torch.zeros(3))
+    assert torch.allclose(off[:, 0], 0.03 * torch.arange(15.0), atol=1e-5)
+    hop = torch.cumsum(0.05 * torch.sin(2 * math.pi * i[30:] / 15), 0)
+    assert torch.allclose(off[1:, 2], hop[:-1], atol=1e-5)  # the 2 cm/frame climb is gone
+    assert float(off[:, 2].abs().max()) > 0.15
+
+
+def test_control_reference_keeps_each_frames_cameras():
+    """Frames keep the cameras they were pushed with; set_camera rewrites every kept frame;
+    set_frame_camera refuses a frame that is not kept."""
+    cams = [FollowCamera(1).place(torch.tensor([float(i), 0.0, 1.0])) for i in range(6)]
+    src = ControlReference("coco17", 2, 1, cams[0], 1080, capacity=4)
+    for i in range(6):
+        src.push(torch.zeros(17, 2), camera=cams[i])
+    R, t, k = src.cameras(torch.tensor([5, 3]))
+    assert torch.allclose(t[0], cams[5][1]) and torch.allclose(t[1], cams[3][1])
+    src.set_frame_camera(4, *cams[0])
+    assert torch.allclose(src.cameras(torch.tensor([4, 4]))[1][0], cams[0][1])
+    with pytest.raises(ValueError, match="frame 1 is not kept"):
+        src.set_frame_camera(1, *cams[0])
+    src.set_camera(*cams[2])
+    assert torch.allclose(src.cameras(torch.tensor([3, 5]))[1], cams[2][1].expand(2, 1, 3))
+    src.push(torch.zeros(17, 2))  # without a camera: the last set_camera's
+    assert torch.allclose(src.cameras(torch.tensor([6, 6]))[1][0], cams[2][1])
+
+
+def test_step_cameras_follow_the_generated_path_and_the_characters_depth(models):
+    """``follow="step"``: the cameras move every step; the reference root and size stay where
+    the chunk start put them (the cameras carry the generated global motion); the camera
+    target keeps the character's depth along the horizontal viewing axis, 5 m away."""
+    policy, gen = models
+    ctl = Controller(policy, gen)
+    try:
+        rec = ctl.run(ControlSettings(seconds=1.0, skill="walk", follow="step", seed=1))
+    finally:
+        ctl.close()
+    kset = load_keypoint_set("coco17")
+    R, t = rec.stacked("cam_R")[:, 0], rec.stacked("cam_t")[:, 0]
+    eye = -torch.einsum("tji,tj->ti", R, t)
+    target = eye + 5.0 * R[:, 2]
+    assert float((t[1:] - t[:-1]).norm(dim=-1).min()) > 1e-4  # moved at every step
+    root3d = rec.stacked("kp3d")[:, list(kset.root)].mean(1)
+    axis = R[:, 2, :2] / R[:, 2, :2].norm(dim=-1, keepdim=True)
+    depth_gap = ((root3d - target)[:, :2] * axis).sum(-1)
+    assert float(depth_gap.abs().max()) < 1e-4
+    starts = [c[0] for c in rec.chunks]
+    assert starts == [0, 8, 16, 24]
+    ref = rec.stacked("ref")[:, 0]
+    ones = torch.ones(ref.shape[:2], dtype=torch.bool)
+    ref_root = root_2d(ref, ones, kset)
+    for s in starts:
+        chunk = ref_root[s : s + 8]
+        assert torch.allclose(chunk, chunk[:1].expand_as(chunk), atol=1e-2)
+        assert torch.allclose(ref_root[s], rec.chunks[starts.index(s)][1][0], atol=1e-2)
+    with pytest.raises(ValueError, match="--follow 'orbit'"):
+        ControlSettings(follow="orbit")

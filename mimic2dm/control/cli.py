@@ -109,6 +109,12 @@ def control_cmd(
     clips_min_frames: int = typer.Option(
         45, "--clips-min-frames", help="With --clips-out: shorter clips are not written."
     ),
+    follow: str = typer.Option(
+        "chunk",
+        "--follow",
+        help="Follow cameras: 'chunk' (re-placed at each chunk start, still in between) or 'step' "
+        "(moved every step along the root path of the generated motion; docs/control.md).",
+    ),
     start_blend: int = typer.Option(
         0,
         "--start-blend",
@@ -138,7 +144,7 @@ def control_cmd(
         with library_output_to_log("control"):
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
                                 chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth,
-                                depth_rescale=depth_rescale, start_blend=start_blend)  # fmt: skip
+                                depth_rescale=depth_rescale, start_blend=start_blend, follow=follow)  # fmt: skip
             policy, gen, name = load_models(tracker, generator, random_weights, random_model,
                                             character, seed, reference, reference_views)  # fmt: skip
             clip_settings = None

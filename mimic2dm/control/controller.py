@@ -24,6 +24,9 @@ from mimic2dm.control.reference import (
     anchor_chunk,
     blend_start,
     character_anchor,
+    lateral_path,
+    level_path,
+    pose_chunk,
     start_offset,
 )
 from mimic2dm.control.start import MATCH_FRAMES, StartLibrary, match_start
@@ -36,6 +39,12 @@ from mimic2dm.utils.validate import check
 
 STAGES = ("generator", "g_inverse", "observation", "policy", "physics")
 """Timed stages of one control step (``g_inverse`` includes re-anchoring and the push)."""
+
+LEVEL_WINDOW = 30
+"""Frames over which ``step`` cameras remove the generated root's vertical drift (:func:`level_path`)."""
+
+FOLLOW_MODES = ("chunk", "step")
+"""How the follow cameras move (:class:`ControlSettings` ``follow``)."""
 
 
 @dataclass
@@ -61,6 +70,15 @@ class ControlSettings:
         start_blend: after a matched start, the reference starts at the character's own
             projection and eases into the generated frames over this many control steps
             (across chunks) (:func:`~mimic2dm.control.reference.blend_start`; 0: no blend).
+        follow: how the follow cameras move. ``chunk``: re-placed on the character at each
+            chunk start and still during the chunk (the generated global motion moves the
+            reference in the image). ``step``: placed on the character at each chunk start,
+            then moved every step along the root path that the generated image motion
+            describes (:func:`~mimic2dm.control.reference.lateral_path`, vertical drift
+            removed by :func:`~mimic2dm.control.reference.level_path`) and, along what no view
+            sees, with the character; the reference is drawn at a fixed root and size, as the
+            tracker's ``tracking`` training cameras show a clip. The generated size velocity
+            is not used (docs/control.md).
     """
 
     seconds: float = 20.0
@@ -78,8 +96,11 @@ class ControlSettings:
     start_states: StartLibrary | None = None
     depth_rescale: bool = False
     start_blend: int = 0
+    follow: str = "chunk"
 
     def __post_init__(self) -> None:
+        if self.follow not in FOLLOW_MODES:
+            raise ValueError(f"--follow {self.follow!r}: expected one of {', '.join(FOLLOW_MODES)}")
         check("--seconds", self.seconds, gt=0)
         check("--start-blend", self.start_blend, ge=0, integer=True)
         check("--seed", self.seed, ge=0, integer=True)
@@ -175,6 +196,9 @@ class Controller:
         self.hz = float(spec.control_hz)
         self._data_scale: float | None = None  # set per run (ControlSettings.depth_rescale)
         self._start_offset: torch.Tensor | None = None  # set per run (ControlSettings.start_blend)
+        self._follow = "chunk"  # set per run (ControlSettings.follow)
+        self._plan: tuple | None = None  # step cameras: (first step, targets [n, 3], null [3, m])
+        self._vz_history = torch.zeros(0)  # step cameras: vertical root steps played (level_path)
 
     def close(self) -> None:
         self.engine.close()
@@ -199,6 +223,8 @@ class Controller:
         # the generator data's body size, in this camera's pixels (FeatureStats: at 1080p)
         self._data_scale = (float(self.gen.stats.scale_px) * self.cfg.camera.height / 1080.0
                             if s.depth_rescale else None)  # fmt: skip
+        self._follow = s.follow
+        self._vz_history = torch.zeros(0)
         label = self.gen.label_id(s.skill)
         stream = open_stream(self.gen, label, s.seed, s.temperature, s.top_k)
         switches = sorted((round(t * self.hz), self.gen.label_id(k)) for t, k in s.switches)
@@ -217,6 +243,8 @@ class Controller:
             if step == next_chunk:
                 buf = self._chunk(task, src, stream, cam, buf, step, s.chunk_frames, rec, blend)
                 next_chunk = step + s.chunk_frames
+            if s.follow == "step":
+                self._follow_step(task, src, cam, step, rec)
             self._record(task, src, rec, label, s.record_states)
             t0 = time.perf_counter()
             obs = task.observe()
@@ -261,18 +289,31 @@ class Controller:
             buf = new if buf is None else torch.cat([buf, new], dim=1)
         t1 = time.perf_counter()
         kp = task.engine.get_keypoints()[0]
-        src.set_camera(*cam.place(kp[list(src.kset.root)].mean(0)))
+        R, t, k = cam.place(kp[list(src.kset.root)].mean(0).cpu())
+        src.set_camera(R, t, k)
         task.refresh()  # the task caches projections per physics state: the cameras moved
         uv, valid = task.project_character()
         root, scale = character_anchor(uv[0], valid[0], src.kset)
-        pix = anchor_chunk(buf[:, :need], root, scale, src.kset, self._data_scale)
+        feats = buf[:, :need]
+        if self._follow == "step":
+            steps, null = lateral_path(feats, R, scale, src.kset, cam.distance, cam.focal)
+            keep = max(LEVEL_WINDOW - need, 0)  # raw vertical steps of frames already played
+            hist = self._vz_history[len(self._vz_history) - keep :]
+            targets = kp[list(src.kset.root)].mean(0).cpu() + level_path(steps, hist)
+            self._vz_history = torch.cat([self._vz_history, steps[:L, 2]])[-LEVEL_WINDOW:]
+            self._plan = (step, targets, null)
+            cams = cam.place(targets)  # [need, V, ...]; _follow_step moves them along `null`
+            pix = pose_chunk(feats, root, scale, src.kset)
+        else:
+            cams = None
+            pix = anchor_chunk(feats, root, scale, src.kset, self._data_scale)
         if blend and step < blend:
             if self._start_offset is None:
                 self._start_offset = start_offset(pix[:, 0], uv[0].cpu(), valid[0].cpu())
             pix = blend_start(pix, self._start_offset, step, blend)
         src.rewind(step)
         for i in range(need):
-            src.push(pix[:, i])
+            src.push(pix[:, i], camera=None if cams is None else tuple(c[i] for c in cams))
         t2 = time.perf_counter()
         _, _, ref_root = src.keypoints(torch.tensor([step], device=src.device))
         rec.chunks.append((step, root, scale, ref_root[0].cpu()))
@@ -281,6 +322,22 @@ class Controller:
         rec.stage_seconds["generator"] += t1 - t0
         rec.stage_seconds["g_inverse"] += t2 - t1
         return buf[:, L:]
+
+    def _follow_step(
+        self, task, src: ControlReference, cam: FollowCamera, step: int, rec: Record
+    ) -> None:
+        """``step`` cameras: this step's planned root, moved to the character along the
+        directions no view sees (:func:`lateral_path`'s ``null``), so the cameras keep their
+        distance to the character there."""
+        t0 = time.perf_counter()
+        first, targets, null = self._plan
+        target = targets[step - first]
+        if null.shape[1]:
+            root = task.engine.get_keypoints()[0][list(src.kset.root)].mean(0).cpu()
+            target = target + null @ (null.T @ (root - target))
+        src.set_frame_camera(step, *cam.place(target))
+        task.refresh()
+        rec.stage_seconds["g_inverse"] += time.perf_counter() - t0
 
     def _record(self, task, src: ControlReference, rec: Record, label: int, states: bool) -> None:
         uv, valid = task.project_character()

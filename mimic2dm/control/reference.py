@@ -4,10 +4,13 @@ re-anchoring (paper 3.4, DESIGN 9).
 Canonical motion carries no camera. The controller gives it one: ``V`` virtual pinhole
 cameras that follow the simulated character (:class:`FollowCamera`, views ``v`` at
 azimuth ``a + 90 v`` deg, the geometry of the generator's orthogonal training pairs).
-The cameras are re-placed at each chunk start and held still during the chunk, so the
-generated root velocity means motion over the ground. Each chunk is integrated by
-``G^-1`` from the character's current projection (:func:`anchor_chunk`: root and body
-size), so drift of the generator's open-loop size and position never accumulates.
+The cameras are re-placed at each chunk start. With ``follow="chunk"`` they are held
+still during the chunk, so the generated root velocity means motion over the ground, and
+each chunk is integrated by ``G^-1`` from the character's current projection
+(:func:`anchor_chunk`: root and body size), so drift of the generator's open-loop size and
+position never accumulates. With ``follow="step"`` the generated image motion becomes a 3D
+root path (:func:`lateral_path`, :func:`level_path`) that the cameras follow step by step,
+and the reference keeps the character's root and size of the chunk start (:func:`pose_chunk`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from mimic2dm.generators.data import features_to_pixels
 from mimic2dm.geometry.camera import DEG, look_at, spherical_offset
 from mimic2dm.motion.canonical import body_scale, root_2d
 from mimic2dm.motion.keypoint_sets import KeypointSet
-from mimic2dm.tasks.tracking2d.source import StreamingReference
+from mimic2dm.tasks.tracking2d.source import StreamingReference, _gather
 from mimic2dm.utils.validate import check
 
 
@@ -69,17 +72,51 @@ class FollowCamera:
 class ControlReference(StreamingReference):
     """A :class:`StreamingReference` whose cameras and future frames the controller rewrites.
 
-    At a chunk start the controller moves the cameras (:meth:`set_camera`), drops the
+    Each frame keeps the cameras it was pushed with (:meth:`push` with ``camera``), so the
+    cameras may move every step. At a chunk start the controller moves the cameras
+    (:meth:`set_camera`: every kept frame, and later pushes without their own), drops the
     frames from the current one on (:meth:`rewind`) and pushes the re-anchored chunk.
     """
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        C = self.capacity  # per-slot cameras [N, V, C, ...] (the base class keeps one set)
+        self.R, self.t, self.k = (x[:, :, None].expand(*x.shape[:2], C, *x.shape[2:]).clone()
+                                  for x in (self.R, self.t, self.k))  # fmt: skip
+        self._cam = (self.R[:, :, 0].clone(), self.t[:, :, 0].clone(), self.k[:, :, 0].clone())
+
+    def _per_env(self, R, t, k):
+        N, dev = self.num_envs, self.device
+        return tuple(x.to(dev, torch.float32).expand(N, *x.shape) for x in (R, t, k))
+
     def set_camera(self, R: torch.Tensor, t: torch.Tensor, k: torch.Tensor) -> None:
-        """New cameras ``R [V, 3, 3]``, ``t [V, 3]``, ``k [V, 4]`` for every env."""
-        N = self.num_envs
-        dev = self.device
-        self.R = R.to(dev, torch.float32).expand(N, *R.shape).clone()
-        self.t = t.to(dev, torch.float32).expand(N, *t.shape).clone()
-        self.k = k.to(dev, torch.float32).expand(N, *k.shape).clone()
+        """New cameras ``R [V, 3, 3]``, ``t [V, 3]``, ``k [V, 4]`` for every env and kept frame."""
+        self._cam = tuple(x.clone() for x in self._per_env(R, t, k))
+        for buf, x in zip((self.R, self.t, self.k), self._cam, strict=True):
+            buf.copy_(x[:, :, None].expand_as(buf))
+
+    def push(self, uv: torch.Tensor, mask: torch.Tensor | None = None, camera=None) -> int:
+        """:meth:`StreamingReference.push`; ``camera``: ``(R [V, 3, 3], t [V, 3], k [V, 4])``
+        the frame was drawn in (default: the last :meth:`set_camera`'s)."""
+        frame = super().push(uv, mask)
+        cam = self._cam if camera is None else self._per_env(*camera)
+        slot = frame % self.capacity
+        for buf, x in zip((self.R, self.t, self.k), cam, strict=True):
+            buf[:, :, slot] = x
+        return frame
+
+    def cameras(self, frames):
+        s = self._slots(frames)
+        return _gather(self.R, s), _gather(self.t, s), _gather(self.k, s)
+
+    def set_frame_camera(
+        self, frame: int, R: torch.Tensor, t: torch.Tensor, k: torch.Tensor
+    ) -> None:
+        """Replace the cameras of one pushed ``frame`` (``R [V, 3, 3]``, ``t [V, 3]``, ``k [V, 4]``)."""
+        if not max(self.pushed - self.capacity, 0) <= frame < self.pushed:
+            raise ValueError(f"ControlReference.set_frame_camera: frame {frame} is not kept")
+        for buf, x in zip((self.R, self.t, self.k), self._per_env(R, t, k), strict=True):
+            buf[:, :, frame % self.capacity] = x
 
     def rewind(self, frame: int) -> None:
         """Forget frames ``>= frame`` (the next push becomes frame ``frame``)."""
@@ -130,6 +167,82 @@ def anchor_chunk(
         glob[..., 2] = glob[..., 2] * (scale.float() / float(data_scale))[:, None]
     f = torch.cat([local.reshape(*feats.shape[:2], 2 * K), glob], dim=-1)
     return torch.stack([features_to_pixels(f[v], root[v], scale[v])[0] for v in range(f.shape[0])])
+
+
+def lateral_path(
+    feats: torch.Tensor, R: torch.Tensor, scale: torch.Tensor, kset: KeypointSet,
+    distance: float, focal: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """The 3D path of a chunk's root that the generated image motion describes (``step`` cameras).
+
+    Each view's root velocity (body sizes per frame) is read as motion across its camera's
+    image plane of ``velocity x S`` metres, ``S = scale x distance / focal`` the character's
+    body size in metres (``du / s = dx / S`` for a pinhole camera). The world displacement per
+    frame is the least-squares one over the views. What no view's image plane sees (with one
+    view, its viewing axis), on the ground plane, is returned as ``null``: the generated body-size velocity cannot
+    say it reliably (it depends on the unknown distance of the generator data's camera, which
+    changes as the person moves), so the controller lets the camera follow the character
+    along it instead.
+
+    Args:
+        feats: ``[V, n, D]`` raw canonical features (row ``i``: the motion ``i -> i + 1``).
+        R: ``[V, 3, 3]`` world-to-camera rotations of the follow cameras at the chunk start.
+        scale: ``[V]`` the character's body size at the chunk start (pixels, in those cameras).
+        distance, focal: the follow cameras' distance (m) and focal length (px).
+
+    Returns:
+        ``step [n, 3]`` the root's displacement from frame ``i`` to ``i + 1`` (metres, world)
+        and ``null [3, m]`` an orthonormal basis of the horizontal directions no view sees
+        (``m`` is 1 for one view, 0 for two views at different azimuths).
+    """
+    K = kset.num_keypoints
+    V, n = feats.shape[:2]
+    size_m = (scale.float() * distance / focal).mean()
+    lateral = feats[..., 2 * K : 2 * K + 2].float() * size_m  # [V, n, 2] camera x (right), y (down)
+    A = R.float()[:, :2, :].reshape(2 * V, 3)  # image-plane axes of every view (world)
+    b = lateral.permute(1, 0, 2).reshape(n, 2 * V)
+    step = b @ torch.linalg.pinv(A).T  # [n, 3]
+    _, sv, vh = torch.linalg.svd(A, full_matrices=True)
+    rank = int((sv > 1e-6 * sv.max()).sum())
+    null = vh[rank:].T.clone()
+    null[2] = (
+        0.0  # the ground-plane part: heights come from the image (level_path), not the character
+    )
+    null = null[:, null.norm(dim=0) > 1e-6]
+    return step, torch.linalg.qr(null).Q if null.shape[1] else null
+
+
+def level_path(step: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+    """Offsets ``[n, 3]`` of a root path from frame 0 (row 0 zero) whose steps ``step [n, 3]``
+    have their vertical drift removed.
+
+    Seen by a static camera above the ground, a person walking away rises in the image and
+    one walking closer sinks (perspective), and canonical features cannot tell that from a
+    climb: read as lateral motion it lifts the reference root by ~0.2 m per 8 frames for a
+    run. A character on flat ground keeps its mean height, so the mean vertical step over
+    ``history [h]`` (the raw vertical steps of the frames played before) and this chunk's is
+    subtracted; the height changes within a hop (which average out over its cycle) stay.
+    """
+    vz = torch.cat([history.float(), step[:, 2].float()])
+    step = step.clone()
+    step[:, 2] -= vz.mean()
+    return torch.cat([step.new_zeros(1, 3), torch.cumsum(step, 0)[:-1]])
+
+
+def pose_chunk(
+    feats: torch.Tensor, root: torch.Tensor, scale: torch.Tensor, kset: KeypointSet
+) -> torch.Tensor:
+    """The local poses of raw canonical features ``[V, n, D]`` drawn at a fixed ``root [V, 2]``
+    and ``scale [V]`` (the reference as ``step`` cameras see it: they follow its root at a fixed
+    distance). Poses are re-centred on the keypoint set's root as in :func:`anchor_chunk`.
+
+    Returns:
+        ``[V, n, K, 2]`` pixels.
+    """
+    K = kset.num_keypoints
+    local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
+    local = local - local[..., list(kset.root), :].mean(-2, keepdim=True)
+    return local * scale.float()[:, None, None, None] + root.float()[:, None, None, :]
 
 
 def start_offset(pix0: torch.Tensor, uv: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
