@@ -159,10 +159,11 @@ def test_control_cli_smoke(tmp_path, real_dir):
     """A smoke run with untrained networks writes every Table 3 metric (FID with an untrained extractor)."""
     out = tmp_path / "control.json"
     res = CliRunner().invoke(app, ["control", "--random-weights", "--skill", "walk", "--switch", "1:hop",
-                                   "--seconds", "2", "--episodes", "2", "--real", str(real_dir),
+                                   "--seconds", "2", "--episodes", "2", "--real", str(real_dir), "--top-k", "5",
                                    "--json", str(out)])  # fmt: skip
     assert res.exit_code == 0, res.output
     r = json.loads(out.read_text())
+    assert r["settings"]["top_k"] == 5 and r["settings"]["follow"] == "chunk"
     for key in ("success_rate", "error_2d_px", "fid", "diversity", "fid_generated", "diversity_real",
                 "generator_ms_per_frame", "fid_extractor", "per_episode"):  # fmt: skip
         assert key in r, key
@@ -214,6 +215,8 @@ def test_control_cli_errors(tmp_path):
     assert res.exit_code == 1 and "--tracker" in res.output
     res = CliRunner().invoke(app, ["control", "--random-weights", "--no-fid", "--follow", "orbit"])
     assert res.exit_code == 1 and "--follow 'orbit'" in res.output and "chunk, step" in res.output
+    res = CliRunner().invoke(app, ["control", "--random-weights", "--no-fid", "--top-k", "0"])
+    assert res.exit_code == 1 and "--top-k" in res.output
 
 
 def test_bench_control_prints_table(tmp_path):

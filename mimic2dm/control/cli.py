@@ -74,6 +74,9 @@ def control_cmd(
         None, "--azimuth", help="View 0's azimuth (deg; default: from the seed)."
     ),
     temperature: float = typer.Option(1.0, help="Generator sampling temperature (0: greedy)."),
+    top_k: int = typer.Option(
+        None, "--top-k", help="GPT: sample from the K most likely tokens only (default: all)."
+    ),
     reference: str = typer.Option(
         None,
         "--reference",
@@ -143,8 +146,9 @@ def control_cmd(
     try:
         with library_output_to_log("control"):
             s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
-                                chunk_frames=chunk_frames, seed=seed, temperature=temperature, azimuth_deg=azimuth,
-                                depth_rescale=depth_rescale, start_blend=start_blend, follow=follow)  # fmt: skip
+                                chunk_frames=chunk_frames, seed=seed, temperature=temperature, top_k=top_k,
+                                azimuth_deg=azimuth, depth_rescale=depth_rescale, start_blend=start_blend,
+                                follow=follow)  # fmt: skip
             policy, gen, name = load_models(tracker, generator, random_weights, random_model,
                                             character, seed, reference, reference_views)  # fmt: skip
             clip_settings = None

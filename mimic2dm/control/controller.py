@@ -106,6 +106,8 @@ class ControlSettings:
         check("--seed", self.seed, ge=0, integer=True)
         check("--chunk-frames", self.chunk_frames, ge=1, integer=True)
         check("--temperature", self.temperature, ge=0)
+        if self.top_k is not None:
+            check("--top-k", self.top_k, ge=1, integer=True)
         for t, _ in self.switches:
             check("--switch time", t, ge=0, lt=self.seconds)
 
