@@ -179,10 +179,10 @@ def lateral_path(
     image plane of ``velocity x S`` metres, ``S = scale x distance / focal`` the character's
     body size in metres (``du / s = dx / S`` for a pinhole camera). The world displacement per
     frame is the least-squares one over the views. What no view's image plane sees (with one
-    view, its viewing axis), on the ground plane, is returned as ``null``: the generated body-size velocity cannot
-    say it reliably (it depends on the unknown distance of the generator data's camera, which
-    changes as the person moves), so the controller lets the camera follow the character
-    along it instead.
+    view, its viewing axis), taken on the ground plane, is returned as ``null``: the generated
+    body-size velocity cannot say it reliably (it depends on the unknown distance of the
+    generator data's camera, which changes as the person moves), so the controller lets the
+    cameras follow the character along it instead.
 
     Args:
         feats: ``[V, n, D]`` raw canonical features (row ``i``: the motion ``i -> i + 1``).
@@ -204,10 +204,9 @@ def lateral_path(
     step = b @ torch.linalg.pinv(A).T  # [n, 3]
     _, sv, vh = torch.linalg.svd(A, full_matrices=True)
     rank = int((sv > 1e-6 * sv.max()).sum())
+    # the ground-plane part: heights come from the image (level_path), not from the character
     null = vh[rank:].T.clone()
-    null[2] = (
-        0.0  # the ground-plane part: heights come from the image (level_path), not the character
-    )
+    null[2] = 0.0
     null = null[:, null.norm(dim=0) > 1e-6]
     return step, torch.linalg.qr(null).Q if null.shape[1] else null
 
