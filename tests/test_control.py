@@ -493,3 +493,24 @@ def test_step_cameras_follow_the_generated_path_and_the_characters_depth(models)
         assert torch.allclose(ref_root[s], rec.chunks[starts.index(s)][1][0], atol=1e-2)
     with pytest.raises(ValueError, match="--follow 'orbit'"):
         ControlSettings(follow="orbit")
+
+
+def test_step_cameras_with_two_views_move_together():
+    """Two orthogonal views (``gpt_multiview``): both cameras follow one 3D root path (their
+    targets agree at every step) and each view's reference root holds still within a chunk."""
+    policy, gen = load_models(None, None, True, "gpt_multiview")[:2]
+    ctl = Controller(policy, gen)
+    try:
+        rec = ctl.run(ControlSettings(seconds=0.6, follow="step", seed=2))
+    finally:
+        ctl.close()
+    kset = load_keypoint_set("coco17")
+    R, t = rec.stacked("cam_R"), rec.stacked("cam_t")  # [T, 2, ...]
+    eye = -torch.einsum("tvji,tvj->tvi", R, t)
+    target = eye + 5.0 * R[:, :, 2]
+    assert torch.allclose(target[:, 0], target[:, 1], atol=1e-4)
+    assert float((target[1:, 0] - target[:-1, 0]).norm(dim=-1).min()) > 1e-5
+    ref = rec.stacked("ref")  # [T, 2, K, 2]
+    for v in range(2):
+        r = root_2d(ref[:, v], torch.ones(ref.shape[0], 17, dtype=torch.bool), kset)
+        assert torch.allclose(r[:8], r[:1].expand(8, 2), atol=1e-2)
