@@ -436,12 +436,18 @@ def test_level_path_removes_the_vertical_drift_and_keeps_a_hop():
     i = torch.arange(45.0)
     vz = 0.02 + 0.05 * torch.sin(2 * math.pi * i / 15)
     steps = torch.stack([torch.full_like(i, 0.03), torch.zeros_like(i), vz], dim=1)
-    off = level_path(steps[30:], steps[:30, 2])
+    off = level_path(steps[30:], steps[:30, 2])  # the window: 15 of history + the chunk's 15
     assert torch.equal(off[0], torch.zeros(3))
     assert torch.allclose(off[:, 0], 0.03 * torch.arange(15.0), atol=1e-5)
     hop = torch.cumsum(0.05 * torch.sin(2 * math.pi * i[30:] / 15), 0)
     assert torch.allclose(off[1:, 2], hop[:-1], atol=1e-5)  # the 2 cm/frame climb is gone
     assert float(off[:, 2].abs().max()) > 0.15
+    # the mean is over the newest window - n history steps, all of them when fewer
+    ramp = torch.zeros(10, 3)
+    for h, expect in ((torch.arange(16.0), 7.5), (torch.arange(40.0), 29.5), (torch.zeros(0), 0.0)):
+        got = level_path(ramp, h, window=30)[1, 2]  # = -(mean of the window's vertical steps)
+        n = min(20, h.shape[0])
+        assert float(got) == pytest.approx(-expect * n / (n + 10), abs=1e-5)
 
 
 def test_control_reference_keeps_each_frames_cameras():

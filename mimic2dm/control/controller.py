@@ -299,9 +299,8 @@ class Controller:
         feats = buf[:, :need]
         if self._follow == "step":
             steps, null = lateral_path(feats, R, scale, src.kset, cam.distance, cam.focal)
-            keep = max(LEVEL_WINDOW - need, 0)  # raw vertical steps of frames already played
-            hist = self._vz_history[len(self._vz_history) - keep :]
-            targets = kp[list(src.kset.root)].mean(0).cpu() + level_path(steps, hist)
+            off = level_path(steps, self._vz_history, LEVEL_WINDOW)
+            targets = kp[list(src.kset.root)].mean(0).cpu() + off
             self._vz_history = torch.cat([self._vz_history, steps[:L, 2]])[-LEVEL_WINDOW:]
             self._plan = (step, targets, null)
             cams = cam.place(targets)  # [need, V, ...]; _follow_step moves them along `null`

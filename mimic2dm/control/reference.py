@@ -211,18 +211,20 @@ def lateral_path(
     return step, torch.linalg.qr(null).Q if null.shape[1] else null
 
 
-def level_path(step: torch.Tensor, history: torch.Tensor) -> torch.Tensor:
+def level_path(step: torch.Tensor, history: torch.Tensor, window: int = 30) -> torch.Tensor:
     """Offsets ``[n, 3]`` of a root path from frame 0 (row 0 zero) whose steps ``step [n, 3]``
     have their vertical drift removed.
 
     Seen by a static camera above the ground, a person walking away rises in the image and
     one walking closer sinks (perspective), and canonical features cannot tell that from a
     climb: read as lateral motion it lifts the reference root by ~0.2 m per 8 frames for a
-    run. A character on flat ground keeps its mean height, so the mean vertical step over
-    ``history [h]`` (the raw vertical steps of the frames played before) and this chunk's is
-    subtracted; the height changes within a hop (which average out over its cycle) stay.
+    run. A character on flat ground keeps its mean height, so the mean vertical step over the
+    last ``window`` frames is subtracted: this chunk's ``n`` and the newest ``window - n`` of
+    ``history [h]`` (the raw vertical steps of the frames played before; all of them when
+    fewer). The height changes within a hop (which average out over its cycle) stay.
     """
-    vz = torch.cat([history.float(), step[:, 2].float()])
+    keep = min(max(window - step.shape[0], 0), history.shape[0])
+    vz = torch.cat([history[history.shape[0] - keep :].float(), step[:, 2].float()])
     step = step.clone()
     step[:, 2] -= vz.mean()
     return torch.cat([step.new_zeros(1, 3), torch.cumsum(step, 0)[:-1]])
