@@ -291,7 +291,8 @@ class Controller:
             buf = new if buf is None else torch.cat([buf, new], dim=1)
         t1 = time.perf_counter()
         kp = task.engine.get_keypoints()[0]
-        R, t, k = cam.place(kp[list(src.kset.root)].mean(0).cpu())
+        root3d = kp[list(src.kset.root)].mean(0).cpu()
+        R, t, k = cam.place(root3d)
         src.set_camera(R, t, k)
         task.refresh()  # the task caches projections per physics state: the cameras moved
         uv, valid = task.project_character()
@@ -300,7 +301,7 @@ class Controller:
         if self._follow == "step":
             steps, null = lateral_path(feats, R, scale, src.kset, cam.distance, cam.focal)
             off = level_path(steps, self._vz_history, LEVEL_WINDOW)
-            targets = kp[list(src.kset.root)].mean(0).cpu() + off
+            targets = root3d + off
             self._vz_history = torch.cat([self._vz_history, steps[:L, 2]])[-LEVEL_WINDOW:]
             self._plan = (step, targets, null)
             cams = cam.place(targets)  # [need, V, ...]; _follow_step moves them along `null`

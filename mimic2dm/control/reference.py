@@ -137,6 +137,14 @@ def character_anchor(
     return torch.stack(roots), torch.stack(scales)
 
 
+def _centred_poses(feats: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
+    """``[V, n, K, 2]`` local poses of raw canonical features ``[V, n, D]``, re-centred on the
+    keypoint set's root (generated poses are only approximately centred)."""
+    K = kset.num_keypoints
+    local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
+    return local - local[..., list(kset.root), :].mean(-2, keepdim=True)
+
+
 def anchor_chunk(
     feats: torch.Tensor, root: torch.Tensor, scale: torch.Tensor, kset: KeypointSet,
     data_scale: float | None = None,
@@ -160,8 +168,7 @@ def anchor_chunk(
         ``[V, n, K, 2]`` pixels.
     """
     K = kset.num_keypoints
-    local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
-    local = local - local[..., list(kset.root), :].mean(-2, keepdim=True)
+    local = _centred_poses(feats, kset)
     glob = feats[..., 2 * K :].float().clone()
     if data_scale is not None:
         glob[..., 2] = glob[..., 2] * (scale.float() / float(data_scale))[:, None]
@@ -240,9 +247,7 @@ def pose_chunk(
     Returns:
         ``[V, n, K, 2]`` pixels.
     """
-    K = kset.num_keypoints
-    local = feats[..., : 2 * K].float().reshape(*feats.shape[:2], K, 2)
-    local = local - local[..., list(kset.root), :].mean(-2, keepdim=True)
+    local = _centred_poses(feats, kset)
     return local * scale.float()[:, None, None, None] + root.float()[:, None, None, :]
 
 
