@@ -171,6 +171,9 @@ def test_control_cli_smoke(tmp_path, real_dir):
     assert r["episodes"] == 2 and len(r["per_episode"]) == 2
     assert r["settings"]["depth_rescale"] is False  # off unless asked (docs/control.md)
     assert r["fid"] is not None and r["fid"] >= 0 and r["fid_windows_simulated"] == 8
+    assert 0 <= r["fid_windows_upright"] <= r["fid_windows_simulated"]
+    if not any(e["fell"] for e in r["per_episode"]):  # nothing fell: the same windows, the same FID
+        assert r["fid_windows_upright"] == 8 and r["fid_upright"] == pytest.approx(r["fid"])
     assert 0 < r["error_2d_px"] < 1e4 and r["generator_ms_per_frame"] > 0
     # the Table 3 markdown from reports: one row each, the report's numbers in it
     md = tmp_path / "table3.md"
@@ -376,6 +379,60 @@ def test_episode_metrics_locate_where_the_bound_is_lost():
     m = episode_metrics(rec, hz=10.0, height=540, fall_height=0.3)
     assert m["success"] and m["first_over_bound_s"] is None and m["over_bound_share"] == 0.0
     assert m["max_error_2d_px"] == pytest.approx(40.0)
+
+
+def test_upright_fid_pools_only_the_windows_before_a_fall():
+    """``fid_upright``: FID of the simulated windows that end before the root first drops
+    under the fall height; a fallen character's poses would otherwise dominate ``fid``."""
+    from mimic2dm.generators.data import FeatureStats
+    from mimic2dm.generators.fid import FIDConfig, FIDExtractor, MotionEncoder
+
+    from mimic2dm.control.controller import Record
+    from mimic2dm.control.metrics import (
+        FIDSet,
+        simulated_windows,
+        table3,
+        tracking_cameras,
+        upright_steps,
+    )
+
+    kset = load_keypoint_set("coco17")
+    K, T, W, fall = kset.num_keypoints, 80, 16, 57
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(1, K, 3, generator=g) * torch.tensor([0.2, 0.2, 0.5]) + torch.tensor(
+        [0, 0, 1.0]
+    )
+    rec = Record()
+    for t in range(T):
+        wobble = 0.02 * math.sin(0.3 * t) * torch.ones(K, 3)
+        kp = base[0] + wobble + torch.tensor([0.05 * t, 0.0, 0.0])
+        if t >= fall:  # lying on the ground from the fall on
+            kp = kp * torch.tensor([1.0, 1.0, 0.1])
+        rec.kp3d.append(kp)
+        rec.root_height.append(float(kp[list(kset.root), 2].mean()))
+    assert upright_steps(rec, 0.5) == fall and upright_steps(rec, -1.0) == T
+    cams = tracking_cameras(rec.stacked("kp3d"), kset, [0.0, 90.0], 10.0, 5.0, 1400.0)
+    every = simulated_windows(rec, kset, cams, W)
+    before = simulated_windows(rec, kset, cams, W, frames=fall)
+    # T frames give T - 1 feature frames; windows start every 8: (79 - 16) // 8 + 1 = 8 and
+    # (56 - 16) // 8 + 1 = 6 per view; the windows before the fall are the first of each view
+    assert every.shape[0] == 2 * 8 and before.shape[0] == 2 * 6
+    assert torch.allclose(before[:6], every[:6], atol=1e-5)
+    assert torch.allclose(before[6:], every[8:14], atol=1e-5)
+    torch.manual_seed(0)
+    D = every.shape[-1]
+    model = MotionEncoder(FIDConfig(in_dim=D, num_keypoints=K, window=W, width=16, feat_dim=4))
+    mean, std = every.reshape(-1, D).mean(0), every.reshape(-1, D).std(0) + 1e-3
+    ext = FIDExtractor(model, FeatureStats(mean, std))
+    real = (before.clone(), torch.ones(before.shape[0], W, K, dtype=torch.bool))
+    fs = FIDSet(ext, False, real, "test")
+    ep = [{"success": False, "fell": True, "error_2d_px": 1.0, "max_error_2d_px": 1.0,
+           "generator_ms_per_frame": 0.1}]  # fmt: skip
+    r = table3(ep, every, every, fs, upright=before)
+    assert r["fid_windows_upright"] == 12 and r["fid_windows_simulated"] == 16
+    assert r["fid_upright"] == pytest.approx(0.0, abs=1e-3)  # the same windows as the real set
+    assert r["fid"] > r["fid_upright"] + 1e-3  # the fallen windows are far from them
+    assert "fid_upright" not in table3(ep, every, every, fs)
 
 
 def test_lateral_path_reads_image_motion_as_metres_in_the_image_plane():

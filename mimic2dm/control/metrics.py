@@ -98,14 +98,25 @@ def windows(feats: torch.Tensor, W: int, stride: int = WINDOW_STRIDE) -> torch.T
     return feats.unfold(0, W, stride).permute(0, 2, 1).contiguous()
 
 
-def simulated_windows(rec: Record, kset: KeypointSet, cams: list[Camera], W: int) -> torch.Tensor:
-    """Canonical windows ``[n, W, D]`` of the simulated keypoints seen through ``cams``."""
+def simulated_windows(
+    rec: Record, kset: KeypointSet, cams: list[Camera], W: int, frames: int | None = None
+) -> torch.Tensor:
+    """Canonical windows ``[n, W, D]`` of the simulated keypoints seen through ``cams``.
+
+    ``frames``: only the first ``frames`` steps (e.g. those before a fall, :func:`upright_steps`).
+    """
     kp = rec.stacked("kp3d")
     out = []
     for cam in cams:
         uv, _ = cam.project(kp)
-        out.append(windows(to_canonical(uv, kset).features()[:-1], W))
+        out.append(windows(to_canonical(uv[:frames], kset).features()[:-1], W))
     return torch.cat(out)
+
+
+def upright_steps(rec: Record, fall_height: float) -> int:
+    """Leading steps of ``rec`` before its root first drops below ``fall_height`` (all if never)."""
+    h = np.asarray(rec.root_height)
+    return int(np.argmax(h < fall_height)) if bool((h < fall_height).any()) else len(h)
 
 
 def generated_windows(rec: Record, W: int) -> torch.Tensor:
@@ -144,9 +155,17 @@ def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> 
 
 
 def table3(
-    episodes: list[dict], sim: torch.Tensor, gen: torch.Tensor, fid_set: FIDSet | None
+    episodes: list[dict],
+    sim: torch.Tensor,
+    gen: torch.Tensor,
+    fid_set: FIDSet | None,
+    upright: torch.Tensor | None = None,
 ) -> dict:
-    """Aggregate episode metrics; FID / diversity over the pooled windows of all episodes."""
+    """Aggregate episode metrics; FID / diversity over the pooled windows of all episodes.
+
+    ``upright``: the simulated windows that end before a fall (``fid_upright``); a fallen
+    character's poses are far from any real one and dominate ``fid`` whenever episodes fall.
+    """
     out = {
         "episodes": len(episodes),
         "success_rate": float(np.mean([e["success"] for e in episodes])),
@@ -164,7 +183,11 @@ def table3(
         "fid_windows_simulated": int(sim.shape[0]),
         "fid_windows_generated": int(gen.shape[0]),
     }
-    for name, w in (("", sim), ("_generated", gen)):
+    pools = [("", sim), ("_generated", gen)]
+    if upright is not None:
+        out["fid_windows_upright"] = int(upright.shape[0])
+        pools.append(("_upright", upright))
+    for name, w in pools:
         if w.shape[0] >= 2:
             f = ext.features(w)
             out[f"fid{name}"] = fid(f, fr)
@@ -182,6 +205,7 @@ TABLE3_COLUMNS = (
     ("2D error (px)", lambda r: _fmt(r["error_2d_px"], 1)),
     ("max 2D error (px)", lambda r: _fmt(r["max_error_2d_px"], 1)),
     ("FID (simulated)", lambda r: _fmt(r.get("fid"), 1)),
+    ("FID (simulated, before falls)", lambda r: _fmt(r.get("fid_upright"), 1)),
     ("FID (generated)", lambda r: _fmt(r.get("fid_generated"), 1)),
     ("diversity (simulated / generated / real)",
      lambda r: "/".join(_fmt(r.get(k), 2) for k in ("diversity", "diversity_generated", "diversity_real"))),

@@ -22,6 +22,7 @@ from mimic2dm.control.metrics import (
     simulated_windows,
     table3,
     tracking_cameras,
+    upright_steps,
 )
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -155,7 +156,7 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
     check("--episodes", episodes, ge=1, integer=True)
     ctl = Controller(policy, gen)
     kset = ctl.engine.character.keypoint_set
-    per_ep, sim_w, gen_w = [], [], []
+    per_ep, sim_w, up_w, gen_w = [], [], [], []
     try:
         if start_states:
             from mimic2dm.control.start import load_start_library
@@ -183,6 +184,8 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
                 cams = tracking_cameras(rec.stacked("kp3d"), _kset(kset), [az + 90 * v for v in range(ctl.V)],
                                         s.elevation_deg, s.distance, s.focal)  # fmt: skip
                 sim_w.append(simulated_windows(rec, _kset(kset), cams, W))
+                up = upright_steps(rec, ctl.cfg.fall_height)
+                up_w.append(simulated_windows(rec, _kset(kset), cams, W, frames=up))
                 gen_w.append(generated_windows(rec, W))
             if i == 0 and video:
                 _video(ctl, rec, video)
@@ -190,7 +193,11 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
         ctl.close()
     empty = torch.zeros(0)
     report = table3(
-        per_ep, torch.cat(sim_w) if sim_w else empty, torch.cat(gen_w) if gen_w else empty, fid_set
+        per_ep,
+        torch.cat(sim_w) if sim_w else empty,
+        torch.cat(gen_w) if gen_w else empty,
+        fid_set,
+        upright=torch.cat(up_w) if up_w else empty,
     )
     report |= {
         "tracker": tracker_name, "generator": gen.source, "generator_type": gen.model_type, "views": gen.num_views,
