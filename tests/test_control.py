@@ -435,6 +435,40 @@ def test_upright_fid_pools_only_the_windows_before_a_fall():
     assert "fid_upright" not in table3(ep, every, every, fs)
 
 
+def test_fid_views_are_the_generator_datas_static_views():
+    """The simulated character is scored through static cameras placed as the generator data's
+    (the real FID set's) views are: the same pixels as ``synthesize_views(..., "static")`` at
+    that azimuth, elevation and focal; the root crosses the image as in the real set, where a
+    tracking camera would hold it still."""
+    import numpy as np
+
+    from mimic2dm.control.metrics import static_views, tracking_cameras
+    from mimic2dm.geometry.virtual import VirtualCameraConfig
+    from mimic2dm.motion.synth import synthesize_views
+
+    kset = load_keypoint_set("coco17")
+    K, T = kset.num_keypoints, 90
+    g = torch.Generator().manual_seed(1)
+    body = torch.randn(K, 3, generator=g) * torch.tensor([0.15, 0.15, 0.4]) + torch.tensor(
+        [0, 0, 1.0]
+    )
+    kp3d = torch.stack(
+        [body + torch.tensor([0.04 * t, 0.01 * t, 0.0]) for t in range(T)]
+    )  # 1.2 m/s
+    for az in (30.0, 120.0):
+        cfg = VirtualCameraConfig(focal_range=(1400.0, 1400.0), azimuth_range_deg=(az, az),
+                                  elevation_range_deg=(10.0, 10.0))  # fmt: skip
+        want = synthesize_views(kp3d.numpy(), "coco17", 30.0, camera="static", camera_config=cfg)
+        (cam,) = static_views(kp3d, kset, [az], 10.0, 1400.0)
+        uv, _ = cam.project(kp3d)
+        np.testing.assert_allclose(uv.numpy(), want.keypoints[0], atol=1e-2)
+        root = uv[:, list(kset.root)].mean(1)
+        assert (root[-1] - root[0]).norm() > 20.0  # the root moves across the image
+        (trk,) = tracking_cameras(kp3d, kset, [az], 10.0, 5.0, 1400.0)
+        root_t = trk.project(kp3d)[0][:, list(kset.root)].mean(1)
+        assert (root_t[-1] - root_t[0]).norm() < 1.0  # a tracking camera holds it still
+
+
 def test_lateral_path_reads_image_motion_as_metres_in_the_image_plane():
     """Root velocities made from a known 3D step come back as that step: exactly its
     image-plane part with one view (the viewing axis, on the ground, is ``null``), the whole

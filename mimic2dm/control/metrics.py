@@ -3,9 +3,11 @@ reference, FID and diversity of the simulated motion, generator latency.
 
 FID compares 32-frame canonical windows of the simulated character's 2D projections
 against real motion with the project's FID extractor (``generators/fid.py``). The
-character is projected for this through smooth tracking cameras at the control views'
-azimuths (not the controller's per-chunk cameras, whose re-placement would show up as
-jumps of the root), so the windows describe the simulated motion itself.
+character is projected for this through static cameras at the control views' azimuths,
+placed as the generator data's static views are (:func:`static_views`), not through the
+controller's follow cameras (whose re-placement would show up as jumps of the root, and
+which hold the root still in the image where real motion moves across it), so the
+windows describe the simulated motion itself as the real set's cameras would see it.
 """
 
 from __future__ import annotations
@@ -89,6 +91,22 @@ def tracking_cameras(kp3d: torch.Tensor, kset: KeypointSet, azimuths_deg: list[f
         )
 
     return [Camera.look_at(root + offset(a), root, focal, width, height) for a in azimuths_deg]
+
+
+def static_views(kp3d: torch.Tensor, kset: KeypointSet, azimuths_deg: list[float], elevation_deg: float,
+                 focal: float, width: int = 1920, height: int = 1080) -> list[Camera]:  # fmt: skip
+    """One static camera per azimuth for the root path of ``kp3d [T, K, 3]``, placed as the
+    generator data's static views are (``sample_camera(..., "static")``: aimed at the middle of
+    the path, as far as it takes to keep the whole path in the image)."""
+    from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera
+
+    root = kp3d[:, list(kset.root)].mean(1)
+    cfgs = [
+        VirtualCameraConfig(width=width, height=height, focal_range=(focal, focal),
+                            azimuth_range_deg=(a, a), elevation_range_deg=(elevation_deg, elevation_deg))
+        for a in azimuths_deg
+    ]  # fmt: skip
+    return [sample_camera(root, "static", config=c) for c in cfgs]
 
 
 def windows(feats: torch.Tensor, W: int, stride: int = WINDOW_STRIDE) -> torch.Tensor:

@@ -20,8 +20,8 @@ from mimic2dm.control.metrics import (
     generated_windows,
     load_fid_set,
     simulated_windows,
+    static_views,
     table3,
-    tracking_cameras,
     upright_steps,
 )
 
@@ -181,8 +181,8 @@ def run_control(policy, gen, settings: ControlSettings, episodes: int = 1, fid_e
                 per_ep[-1]["start"] = rec.start
             if fid_set is not None:
                 W = fid_set.extractor.window
-                cams = tracking_cameras(rec.stacked("kp3d"), _kset(kset), [az + 90 * v for v in range(ctl.V)],
-                                        s.elevation_deg, s.distance, s.focal)  # fmt: skip
+                cams = static_views(rec.stacked("kp3d"), _kset(kset), [az + 90 * v for v in range(ctl.V)],
+                                    s.elevation_deg, s.focal)  # fmt: skip
                 sim_w.append(simulated_windows(rec, _kset(kset), cams, W))
                 up = upright_steps(rec, ctl.cfg.fall_height)
                 up_w.append(simulated_windows(rec, _kset(kset), cams, W, frames=up))
