@@ -151,13 +151,13 @@ def episode_metrics(rec: Record, hz: float, height: int, fall_height: float) -> 
     err = err.transpose(0, 1)  # [V, T, K]
     worst = metrics.max_error_per_frame(err).amax(0)  # [T] the worst view of each step
     over = worst > metrics.SUCCESS_THRESHOLD_PX
-    h = np.asarray(rec.root_height)
-    fell = bool((h < fall_height).any())
+    up = upright_steps(rec, fall_height)
+    fell = up < len(rec.root_height)
     within = bool(metrics.success(err).all())
     total = sum(rec.stage_seconds.values())
     return {
         "success": within and not fell, "fell": fell,
-        "fall_time_s": float(np.argmax(h < fall_height) / hz) if fell else None,
+        "fall_time_s": up / hz if fell else None,
         "error_within_bound": within, "error_2d_px": float(metrics.mean_error_2d(err).mean()),
         "error_2d_px_per_view": [float(x) for x in metrics.mean_error_2d(err)],
         "max_error_2d_px": float(worst.max()),
