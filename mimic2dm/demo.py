@@ -17,6 +17,26 @@ from pathlib import Path
 from rich.console import Console
 
 
+def demo_config(out: Path, minutes: float = 4.0, num_envs: int | None = None, seed: int = 0):
+    """The training config of the demo: its own ``OUT/train`` run, replaced on every demo
+    (``overwrite=true``: a second ``make demo`` must not be refused as a reused run dir)."""
+    from mimic2dm.train import compose_config
+
+    return compose_config(
+        [
+            "data=demo",
+            f"run_dir={Path(out) / 'train'}",
+            "overwrite=true",
+            f"seed={seed}",
+            *([f"train.num_envs={num_envs}"] if num_envs else []),
+            "train.max_epochs=1000000",
+            f"train.max_seconds={minutes * 60:.0f}",
+            # the demo clip marches in place: standing starts suit it (tests/test_rl_learning.py)
+            "task.initial_state=default_pose",
+        ]
+    )
+
+
 def run_demo(
     out: str | Path, minutes: float = 4.0, num_envs: int | None = None, seed: int = 0
 ) -> dict:
@@ -25,7 +45,7 @@ def run_demo(
     from mimic2dm.eval import evaluate
     from mimic2dm.render import gl_backend, no_gl_message
     from mimic2dm.rl.policy import load_policy, untrained_policy
-    from mimic2dm.train import compose_config, train
+    from mimic2dm.train import train
     from mimic2dm.utils.reporting import library_output_to_log
 
     console = Console()
@@ -38,18 +58,7 @@ def run_demo(
         console.print(f"[yellow]no video[/]: the demo skips rollout.mp4: {no_gl_message()}")
     else:
         console.print(f"rendering videos with MuJoCo's {backend} back-end")
-    cfg = compose_config(
-        [
-            "data=demo",
-            f"run_dir={out / 'train'}",
-            f"seed={seed}",
-            *([f"train.num_envs={num_envs}"] if num_envs else []),
-            "train.max_epochs=1000000",
-            f"train.max_seconds={minutes * 60:.0f}",
-            # the demo clip marches in place: standing starts suit it (tests/test_rl_learning.py)
-            "task.initial_state=default_pose",
-        ]
-    )
+    cfg = demo_config(out, minutes, num_envs, seed)
     console.print(
         f"[bold]training[/] the 2D tracker on the demo clip for {minutes:g} min -> {out / 'train'}"
     )

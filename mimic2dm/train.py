@@ -33,6 +33,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from mimic2dm.utils.rundir import RunDirError
+
 log = logging.getLogger(__name__)
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
@@ -67,38 +69,70 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
         return compose(config_name="tracker", overrides=list(overrides))
 
 
+SHAPE_KEYS = (
+    "train.num_envs", "train.env_groups", "train.network.encoder_units", "train.network.head_units",
+    "train.network.separate_critic", "train.network.learn_sigma", "task.name", "task.num_views",
+    "task.num_future", "task.objects", "character.name", "ray.enabled", "ray.envs_per_actor", "data.clips",
+)  # fmt: skip
+"""Settings a resume cannot change: the checkpoint holds tensors shaped by them (network
+layers, one state per env, ASI buffers per clip frame, the episodes' views)."""
+
+
+def _resume_error(run_dir, what: str) -> RunDirError:
+    from mimic2dm.utils.rundir import RunDirError
+
+    return RunDirError(f"resume={run_dir}: {what}")
+
+
 def effective_config(cfg: DictConfig, resume_overrides: Sequence[str] = ()) -> DictConfig:
     """The config a run uses: ``cfg``, or for ``resume`` the run's saved config plus overrides.
 
+    Every check of a resume happens here, before anything is written.
+
     Raises:
-        FileNotFoundError: the run to resume has no ``config.yaml``.
-        ValueError: an override tries to change a config group on resume.
+        RunDirError: no such run directory, no ``config.yaml`` or ``checkpoints/last.pt`` in
+            it, or an override changes a config group or a :data:`SHAPE_KEYS` setting (one
+            line naming the key and both values).
     """
     if not cfg.get("resume"):
         return cfg
     run_dir = Path(str(cfg.resume))
     saved_path = run_dir / "config.yaml"
+    if not run_dir.is_dir():
+        raise _resume_error(run_dir, "no such run directory")
     if not saved_path.is_file():
-        raise FileNotFoundError(
-            f"resume={run_dir}: no config.yaml there (not a tracker run directory)"
+        raise _resume_error(run_dir, "no config.yaml there (not a tracker run directory)")
+    if not (run_dir / "checkpoints" / "last.pt").is_file():
+        raise _resume_error(
+            run_dir, "no checkpoints/last.pt to continue from (the run saved no checkpoint)"
         )
     saved = OmegaConf.load(saved_path)
     for o in resume_overrides:
         key = o.split("=", 1)[0].lstrip("+~")
         if key in GROUPS:
-            raise ValueError(
-                f"resume: config group {key!r} cannot change on resume (got override {o!r})"
-            )
-    views_before = OmegaConf.select(saved, "task.num_views")
-    saved = OmegaConf.merge(
-        saved, OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides])
-    )
-    if OmegaConf.select(saved, "task.num_views") != views_before:
-        # resume restores the envs' episodes, whose views are drawn per env: their count is fixed
-        raise ValueError(f"resume: task.num_views cannot change on resume ({views_before} in {saved_path}); "
-                         f"start a new run from its weights with init_from={run_dir}")  # fmt: skip
-    saved.resume, saved.run_dir = str(run_dir), str(run_dir)
-    return saved
+            raise _resume_error(run_dir, f"config group {key!r} cannot change on resume (got {o!r}); "
+                                f"start a new run from its weights with init_from={run_dir}")  # fmt: skip
+    try:
+        merged = OmegaConf.merge(
+            saved, OmegaConf.from_dotlist([o.lstrip("+") for o in resume_overrides])
+        )
+    except Exception as e:  # noqa: BLE001 - OmegaConf's errors: a malformed or mistyped override
+        raise _resume_error(
+            run_dir, f"cannot apply the overrides {list(resume_overrides)}: {e}".splitlines()[0]
+        ) from None
+    for key in SHAPE_KEYS:
+        before, after = OmegaConf.select(saved, key), OmegaConf.select(merged, key)
+        if before != after:
+            before, after = _plain(before), _plain(after)
+            raise _resume_error(run_dir, f"{key} cannot change on resume ({before} in {saved_path}, {after} given): "
+                                f"the checkpoint's tensors are shaped by it; start a new run from its weights "
+                                f"with init_from={run_dir}")  # fmt: skip
+    merged.resume, merged.run_dir = str(run_dir), str(run_dir)
+    return merged
+
+
+def _plain(value):
+    return OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
 
 
 def _meta(cfg: DictConfig, spec, params: dict, env_info: dict) -> dict:
@@ -137,7 +171,7 @@ def _resume_checkpoint(cfg: DictConfig) -> Path | None:
         return None
     path = Path(str(cfg.resume)) / "checkpoints" / "last.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"resume={cfg.resume}: no checkpoints/last.pt to continue from")
+        raise _resume_error(cfg.resume, "no checkpoints/last.pt to continue from")
     return path
 
 
@@ -181,6 +215,7 @@ def _summary(agent, observer, run_dir: Path, wall: float, resumed_from) -> dict:
         "last_checkpoint": str(ck / "last.pt") if (ck / "last.pt").is_file() else None,
         "best_checkpoint": str(ck / "best.pt") if (ck / "best.pt").is_file() else None,
         "interrupted": bool(agent.stop_requested), "history": observer.history,
+        "signal": signal.Signals(agent.stop_signal).name if agent.stop_requested else None,
     }  # fmt: skip
 
 
@@ -188,6 +223,11 @@ def train(
     cfg: DictConfig, resume_overrides: Sequence[str] = (), epoch_callback: Callable | None = None
 ) -> dict:
     """Train (or resume) a tracker run.
+
+    Order (docs/training.md "Run directories"): config, resume and data checks; then the
+    run directory's lock; then a new run refuses a directory holding a run (unless
+    ``overwrite``); only then is anything written. A resumed run's ``config.yaml`` is
+    rewritten once its checkpoint has been restored.
 
     Args:
         cfg: composed tracker config (:func:`compose_config`); ``cfg.run_dir`` must be set
@@ -199,14 +239,14 @@ def train(
         Summary dict (also written to ``RUN_DIR/summary.json``): run_dir, epochs, frames,
         means of the last epochs (episode length / return, reward, samples/s),
         checkpoints, per-epoch history.
+
+    Raises:
+        ConfigError, MotionFormatError, RunDirError: a bad setting, clip or run directory
+            (one-line messages).
     """
-    from mimic2dm.rl.config import task_spec_from_cfg, validate_config
-    from mimic2dm.rl.data import prepare_data
-    from mimic2dm.rl.observer import TrackerObserver
-    from mimic2dm.rl.vecenv import make_vecenv
-    from mimic2dm.utils.checkpoint import load_checkpoint, seed_everything
-    from mimic2dm.utils.reporting import library_output_to_log
-    from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
+    from mimic2dm.rl.config import validate_config
+    from mimic2dm.utils.run_logging import save_resolved_config
+    from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run, clean_stale_temps
 
     cfg = effective_config(cfg, resume_overrides)
     if not cfg.get("run_dir"):
@@ -214,10 +254,39 @@ def train(
     run_dir = Path(str(cfg.run_dir)).resolve()
     tc, rc = validate_config(cfg)  # before anything is written: bad values leave no run dir
     ckpt = _resume_checkpoint(cfg)
-    seed_everything(int(cfg.seed))
-    save_resolved_config(cfg, run_dir)
+    check_writable(run_dir, "run_dir", is_dir=True)
+    with RunLock(run_dir):
+        if ckpt is None:
+            claim_new_run(run_dir, bool(cfg.get("overwrite")))
+        clean_stale_temps(run_dir / "checkpoints")
+        spec = _prepare_data(cfg, run_dir)
+        if ckpt is None:
+            save_resolved_config(cfg, run_dir)
+        return _run(cfg, tc, rc, spec, run_dir, ckpt, epoch_callback)
+
+
+def _prepare_data(cfg: DictConfig, run_dir: Path):
+    """Make the ``data`` group's clips and check every clip (the character's keypoint set,
+    one set for all, length, cameras) before the run writes anything else; returns the
+    ``TaskSpec``."""
+    from mimic2dm.rl.config import check_data_files, task_config, task_spec_from_cfg
+    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.tasks.registry import load_task
+
     data_files = prepare_data(cfg.data, run_dir)
-    spec = task_spec_from_cfg(cfg, data_files)
+    if load_task(str(cfg.task.name)).needs_data:
+        check_data_files(cfg, task_config(cfg)[2], made=data_files)
+    return task_spec_from_cfg(cfg, data_files)
+
+
+def _run(cfg: DictConfig, tc, rc, spec, run_dir: Path, ckpt: Path | None, epoch_callback) -> dict:
+    from mimic2dm.rl.observer import TrackerObserver
+    from mimic2dm.rl.vecenv import make_vecenv
+    from mimic2dm.utils.checkpoint import CheckpointWriteError, load_checkpoint, seed_everything
+    from mimic2dm.utils.reporting import library_output_to_log
+    from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
+
+    seed_everything(int(cfg.seed))
     if ckpt is not None and int(load_checkpoint(ckpt)["epoch"]) >= tc.max_epochs:
         log.warning(
             "resume: %s is already at train.max_epochs=%d; nothing to do", ckpt, tc.max_epochs
@@ -234,31 +303,52 @@ def train(
         with library_output_to_log("rl_games"):  # its set-up and end-of-run prints
             vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir, tc.env_groups)
             agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
+            _start_weights(agent, cfg, tc, ckpt)
             if ckpt is not None:
-                agent.restore(str(ckpt))
-            elif cfg.get("init_from"):
-                init_weights(agent, str(cfg.init_from))
-                if tc.learning_rate > FINE_TUNE_LR:
-                    log.warning(FINE_TUNE_WARNING, tc.learning_rate, FINE_TUNE_LR)
+                save_resolved_config(cfg, run_dir)  # the resumed run has started: its config now
             if agent.epoch_num < tc.max_epochs:
-                with _stop_on_sigint(agent):
+                with _stop_on_signals(agent):
                     agent.train()
+    except CheckpointWriteError as e:
+        raise RunDirError(_write_failure(e, run_dir)) from None
     finally:
         observer.close()
         logger.close()
         if vec_env is not None:
             vec_env.close()
-    summary = _summary(agent, observer, run_dir, time.perf_counter() - t0, agent.resumed_from)
+    return _finish(agent, observer, run_dir, time.perf_counter() - t0)
+
+
+def _start_weights(agent, cfg: DictConfig, tc, ckpt: Path | None) -> None:
+    if ckpt is not None:
+        agent.restore(str(ckpt))
+    elif cfg.get("init_from"):
+        init_weights(agent, str(cfg.init_from))
+        if tc.learning_rate > FINE_TUNE_LR:
+            log.warning(FINE_TUNE_WARNING, tc.learning_rate, FINE_TUNE_LR)
+
+
+def _write_failure(e: OSError, run_dir: Path) -> str:
+    """One line for a checkpoint that could not be written: the path, the errno text and
+    the last whole checkpoint to resume from."""
+    from mimic2dm.utils.checkpoint import load_checkpoint
+    from mimic2dm.utils.rundir import os_error_line
+
+    last = run_dir / "checkpoints" / "last.pt"
+    try:
+        point = f"the last whole checkpoint is {last} (epoch {load_checkpoint(last)['epoch']}): continue with resume={run_dir}"
+    except (OSError, ValueError, KeyError):
+        point = "no whole checkpoint was written: this run cannot be resumed"
+    return f"{os_error_line(e)}; {point}"
+
+
+def _finish(agent, observer, run_dir: Path, wall: float) -> dict:
+    summary = _summary(agent, observer, run_dir, wall, agent.resumed_from)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    log.info(
-        "run %s: %d epochs, %d frames, episode length %s",
-        run_dir,
-        summary["epochs"],
-        summary["frames"],
-        summary["episode_length"],
-    )
+    log.info("run %s: %d epochs, %d frames, episode length %s", run_dir, summary["epochs"], summary["frames"],
+             summary["episode_length"])  # fmt: skip
     if summary["interrupted"]:
-        log.warning("interrupted at epoch %d; checkpoint %s; continue with resume=%s",
+        log.warning("stopped by %s at epoch %d; checkpoint %s; continue with resume=%s", summary["signal"],
                     summary["epochs"], summary["last_checkpoint"], run_dir)  # fmt: skip
     return summary
 
@@ -301,26 +391,46 @@ def init_weights(agent, source: str) -> Path:
     return path
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+"""Signals that stop a run with a final checkpoint: Ctrl-C, and the SIGTERM of Slurm,
+``docker stop``, ``ray job stop`` and ``kill``. The app exits with 128 + the signal."""
+
+
+class Stopped(KeyboardInterrupt):
+    """A stop signal outside the epoch loop (before training, or a second one): stop at
+    once. ``signum`` gives the exit status, 128 + signum."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
 @contextlib.contextmanager
-def _stop_on_sigint(agent) -> Iterator[None]:
-    """First Ctrl-C: finish the epoch, save and stop (:meth:`TrackerAgent.request_stop`);
-    a second one raises ``KeyboardInterrupt`` at once. Only the main thread can do this."""
+def _stop_on_signals(agent) -> Iterator[None]:
+    """First SIGINT / SIGTERM: finish the epoch, save and stop (:meth:`TrackerAgent.request_stop`);
+    a second one raises :class:`Stopped` at once. Only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
-    def on_sigint(signum, frame) -> None:
+    def on_signal(signum, frame) -> None:
         if agent.stop_requested:
-            raise KeyboardInterrupt
-        agent.request_stop()
-        log.warning("Ctrl-C: stopping when epoch %d is complete, with a checkpoint (Ctrl-C again: "
-                    "stop now, without one)", agent.epoch_num)  # fmt: skip
+            raise Stopped(signum)
+        agent.request_stop(signum)
+        name = signal.Signals(signum).name
+        log.warning("%s: stopping when epoch %d is complete, with a checkpoint (%s again: "
+                    "stop now, without one)", name, agent.epoch_num, name)  # fmt: skip
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _raise_stopped(signum, frame) -> None:
+    raise Stopped(signum)
 
 
 def _new_dirs(hc, cfg: DictConfig) -> list[Path]:
@@ -352,12 +462,7 @@ def _remove_new_dirs(dirs: list[Path]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="tracker")
 def _app(cfg: DictConfig) -> float | None:
-    import sys
-
     from hydra.core.hydra_config import HydraConfig
-
-    from mimic2dm.motion.format import MotionFormatError
-    from mimic2dm.utils.validate import ConfigError, full_errors
 
     hc = HydraConfig.get()
     overrides = (
@@ -366,18 +471,73 @@ def _app(cfg: DictConfig) -> float | None:
     if not cfg.get("run_dir"):
         cfg.run_dir = hc.runtime.output_dir
     new_dirs = _new_dirs(hc, cfg)
-    try:
+    with _one_line_errors(new_dirs):
         summary = train(cfg, resume_overrides=overrides)
-    except (ConfigError, MotionFormatError) as e:
-        # a config or clip that fails validation: one line, exit 1, no run dir left behind
+    if summary["interrupted"]:
+        # 128 + the signal: what a shell reports for a job stopped by it (130 Ctrl-C, 143 SIGTERM)
+        raise SystemExit(128 + summary_signal(summary))
+    return objective_value(summary, str(cfg.get("objective") or "episode/return"))
+
+
+def summary_signal(summary: dict) -> int:
+    """The number of the signal that stopped a run (SIGINT when the summary names none)."""
+    return int(signal.Signals[summary.get("signal") or "SIGINT"])
+
+
+@contextlib.contextmanager
+def _one_line_errors(new_dirs: Sequence[Path] = ()) -> Iterator[None]:
+    """A bad config, clip or run directory, or an output that cannot be written: ``error:
+    <one line>`` on stderr and exit 1, the run dirs this invocation created removed
+    (``HYDRA_FULL_ERROR=1``: the traceback instead)."""
+    from mimic2dm.motion.format import MotionFormatError
+    from mimic2dm.utils.rundir import os_error_line
+    from mimic2dm.utils.validate import ConfigError, full_errors
+
+    try:
+        yield
+    except (ConfigError, MotionFormatError, RunDirError, OSError) as e:
         _remove_new_dirs(sorted(new_dirs, key=lambda d: -len(d.parts)))  # job dirs before sweep
         if full_errors():
             raise
-        print(f"error: {e}", file=sys.stderr, flush=True)
+        line = os_error_line(e) if isinstance(e, OSError) and e.filename else str(e)
+        print(f"error: {line}", file=sys.stderr, flush=True)
         raise SystemExit(1) from None
-    if summary["interrupted"]:
-        raise SystemExit(130)  # 128 + SIGINT: what a shell reports for a job stopped by Ctrl-C
-    return objective_value(summary, str(cfg.get("objective") or "episode/return"))
+
+
+def _preflight(argv: Sequence[str]) -> None:
+    """What can be checked from the command line before Hydra creates (or writes ``.hydra/``
+    into) the run directory: a ``resume=`` and its overrides, a busy or unwritable
+    ``hydra.run.dir``, a directory holding a run without ``overwrite=true``. Sweeps (``-m``)
+    are checked per job, in :func:`train`.
+
+    Raises:
+        RunDirError, OSError: as :func:`train` would raise them later.
+    """
+    from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run
+
+    if any(
+        a in ("-m", "--multirun", "-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info")
+        for a in argv
+    ):
+        return
+    kv = dict(a.split("=", 1) for a in argv if "=" in a and not a.startswith("-"))
+    if kv.get("resume") not in (None, "", "null"):
+        overrides = [
+            a for a in argv if "=" in a and not a.startswith(("-", "hydra.", "hydra/", "resume="))
+        ]
+        effective_config(OmegaConf.create({"resume": kv["resume"]}), overrides)
+        busy = RunLock(kv["resume"]).busy_message()
+        if busy:
+            raise RunDirError(busy)
+        return
+    for key in ("hydra.run.dir", "run_dir"):
+        if kv.get(key) not in (None, "", "null"):
+            check_writable(kv[key], key, is_dir=True)
+            busy = RunLock(kv[key]).busy_message()
+            if busy:
+                raise RunDirError(busy)
+            if kv.get("overwrite", "false").lower() != "true":
+                claim_new_run(kv[key], overwrite=False)
 
 
 def objective_value(summary: dict, key: str) -> float | None:
@@ -393,12 +553,17 @@ def objective_value(summary: dict, key: str) -> float | None:
 
 def main() -> None:
     """Console entry point ``mimic2dm-train``."""
+    # SIGTERM before (or after) the epoch loop ends the run at once, releasing its lock
+    signal.signal(signal.SIGTERM, _raise_stopped)
     try:
+        with _one_line_errors():
+            _preflight(sys.argv[1:])
         _app()
-    except KeyboardInterrupt:
-        # Ctrl-C before training started, or a second one: no traceback, the usual status
-        print("interrupted", file=sys.stderr, flush=True)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as e:
+        # Ctrl-C or SIGTERM before training started, or a second one: no traceback, the usual status
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
+        raise SystemExit(128 + signum) from None
 
 
 if __name__ == "__main__":

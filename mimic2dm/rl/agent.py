@@ -19,7 +19,7 @@
   time limit, the learning rate decays linearly to zero over that time (rl-games' own
   linear schedule counts epochs, which a time-limited run does not know in advance), so
   that the last checkpoint is a settled policy;
-- after :meth:`TrackerAgent.request_stop` (Ctrl-C), stops when the epoch in progress is
+- after :meth:`TrackerAgent.request_stop` (Ctrl-C, SIGTERM), stops when the epoch in progress is
   complete, at the point where periodic checkpoints are written, with the final checkpoint.
 
 rl-games' own checkpointing is switched off in the params (``save_frequency: 0``).
@@ -87,6 +87,7 @@ class TrackerAgent(A2CAgent):
         self.meta = extra.get("meta", {})
         self.epoch_callback: Callable | None = extra.get("epoch_callback")
         self.stop_requested = False
+        self.stop_signal = 0  # the signal that asked to stop (SIGINT, SIGTERM)
         self.saved_epoch = self.called_back = -1
         self.resumed_from: int | None = None
         self.epoch_timing: dict[str, float] = {}
@@ -222,9 +223,11 @@ class TrackerAgent(A2CAgent):
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out
 
-    def request_stop(self) -> None:
+    def request_stop(self, signum: int = 2) -> None:
         """End training once the epoch in progress is complete, with a final checkpoint
-        (safe from a signal handler: it only sets a flag)."""
+        (safe from a signal handler: it only sets flags). ``signum``: the signal that asked
+        (SIGINT = 2 by default), for the summary and the exit status."""
+        self.stop_signal = int(signum)
         self.stop_requested = True
 
     def train(self):

@@ -283,30 +283,58 @@ def minibatch_size(tc: TrainConfig, num_envs: int, note: bool = False) -> int:
     return mb
 
 
-def check_data_files(cfg: DictConfig, control_hz: float) -> None:
-    """Check the ``data`` clips that already exist (recipes are made, and checked, later):
-    each is read (``Motion3D`` or ``Motion2D``, by its ``kind``), must be trackable and must
-    pass the task's ``TaskEntry.check_data`` (e.g. tracking2d needs cameras).
+def check_data_files(cfg: DictConfig, control_hz: float, made: list[str] | None = None) -> None:
+    """Check the ``data`` clips: the files that already exist (recipes are made, and checked
+    with ``made``, later). Each is read (``Motion3D`` or ``Motion2D``, by its ``kind``), must
+    be trackable, must pass the task's ``TaskEntry.check_data`` (e.g. tracking2d needs
+    cameras), must use the character's keypoint set, and all must use the same one.
+
+    Args:
+        made: the prepared files (:func:`mimic2dm.rl.data.prepare_data`): check these instead
+            of the entries' existing files.
 
     Raises:
         ConfigError: ``data.clips`` is empty, an entry is neither a path nor ``{file, make?}``,
             or the task cannot track a clip (naming ``data.clips[i].file``).
         MotionFormatError: a clip is invalid, too short or fully masked (naming the file).
     """
-    from mimic2dm.motion.format import check_trackable, load_motion2d, load_motion3d, read_kind
     from mimic2dm.rl.data import clip_entries
 
-    task_check = load_task(str(cfg.task.name)).check_data
+    if made is not None:
+        _check_clips(cfg, control_hz, [(f"data.clips: {Path(f).name}", Path(f)) for f in made])
+        return
+    found = []
     for i, entry in enumerate(clip_entries(cfg.data)):
         path = Path(str(entry.get("file", "")))
         if path.is_absolute() and path.is_file():
-            m = load_motion3d(path) if read_kind(path) == "motion3d" else load_motion2d(path)
-            check_trackable(m, path, control_hz)
-            problem = task_check(m) if task_check else None
-            if problem:
-                raise ConfigError(f"data.clips[{i}].file", str(path), problem)
+            found.append((f"data.clips[{i}].file", path))
         elif path.is_absolute() and not entry.get("make"):
             raise ConfigError(f"data.clips[{i}].file", str(path), "an existing 2D-motion file")
+    _check_clips(cfg, control_hz, found)
+
+
+def _check_clips(cfg: DictConfig, control_hz: float, clips: list[tuple[str, Path]]) -> None:
+    from mimic2dm.characters import load_character
+    from mimic2dm.motion.format import check_trackable, load_motion2d, load_motion3d, read_kind
+
+    task_check = load_task(str(cfg.task.name)).check_data
+    character = OmegaConf.select(cfg, "character.name")
+    try:
+        want = load_character(str(character)).keypoint_set if character else None
+    except (KeyError, ValueError) as e:
+        raise ConfigError(
+            "character.name", str(character), f"a registered character ({e})"
+        ) from None
+    for key, path in clips:
+        m = load_motion3d(path) if read_kind(path) == "motion3d" else load_motion2d(path)
+        check_trackable(m, path, control_hz)
+        problem = task_check(m) if task_check else None
+        have = getattr(m, "keypoint_set", None)  # a Motion3D of joint angles has none
+        if not problem and want and have and have != want:
+            problem = (f"a clip with the {want} keypoints of character={character}; it has {have} "
+                       "keypoints (pick the matching character, e.g. character=dog for dog17)")  # fmt: skip
+        if problem:
+            raise ConfigError(key, str(path), problem)
 
 
 def validate_config(cfg: DictConfig) -> tuple[TrainConfig, RayConfig]:

@@ -20,19 +20,51 @@ import numpy as np
 import torch
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save(obj)`` to ``path`` atomically (temp file + fsync + ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+class CheckpointWriteError(OSError):
+    """Writing a checkpoint failed (full disk, read-only directory...): ``filename`` is the
+    checkpoint's path; the previous file of that name is still whole."""
+
+
+def current_umask() -> int:
+    """This process's umask (read from ``/proc`` where possible: setting it to read it back
+    is not thread-safe)."""
     try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically (temp file + fsync + ``os.replace``).
+
+    The file gets the mode an ordinary write would (``0o666 & ~umask``; ``mkstemp`` makes
+    its files 0600, which would hide checkpoints from the rest of a group).
+
+    Raises:
+        CheckpointWriteError: any ``OSError`` of the write, naming ``path``.
+    """
+    path = Path(path)
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             torch.save(obj, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, OSError) and not isinstance(e, CheckpointWriteError):
+            raise CheckpointWriteError(e.errno, e.strerror or str(e), str(path)) from e
         raise
     return path
 
