@@ -79,10 +79,14 @@ def import_sequence(
     views: list[str] | None = None,
     one_view_seed: int | None = None,
     split: str | None = None,
+    fps: float | None = None,
+    image_size: tuple[int, int] | None = None,
 ) -> Motion2D:
-    """One sequence as a clip: ``views`` (default all), or one random view when ``one_view_seed`` is set."""
+    """One sequence as a clip: ``views`` (default all), or one random view when ``one_view_seed``
+    is set. ``anno_dir`` may also be a folder of keypoint files or one file; ``fps`` and
+    ``image_size`` (uncalibrated views only) go to :func:`~mimic2dm.motion.loaders.load_aist`."""
     meta = {"sequence": seq_name, "gt3d": GT3D_USE} | ({"split": split} if split else {})
-    m = load_aist(anno_dir, seq_name, views=views, meta=meta)
+    m = load_aist(anno_dir, seq_name, views=views, meta=meta, fps=fps, image_size=image_size)
     return m if one_view_seed is None else one_random_view(m, seq_name, one_view_seed)
 
 
@@ -93,6 +97,8 @@ def import_split(
     *,
     one_view_seed: int | None = None,
     views: list[str] | None = None,
+    fps: float | None = None,
+    image_size: tuple[int, int] | None = None,
 ) -> list[Path]:
     """Write ``out_dir/<seq>.npz`` for every sequence of ``split`` (ignore list removed).
 
@@ -102,6 +108,7 @@ def import_split(
         out_dir: output folder (made if needed).
         one_view_seed: keep one random view per sequence, drawn with this seed.
         views: camera names to keep instead (exclusive with ``one_view_seed``).
+        fps, image_size: as in :func:`import_sequence`.
 
     Returns:
         The files written, in split order.
@@ -124,7 +131,8 @@ def import_split(
                                 f"keypoints2d/<seq>.pkl for every sequence of splits/crossmodal_{split}.txt")  # fmt: skip
     written = []
     for name in names:
-        m = import_sequence(anno_dir, name, views=views, one_view_seed=one_view_seed, split=split)
+        m = import_sequence(anno_dir, name, views=views, one_view_seed=one_view_seed, split=split,
+                            fps=fps, image_size=image_size)  # fmt: skip
         path = out_dir / f"{name}.npz"
         save_motion2d(m, path)
         written.append(path)

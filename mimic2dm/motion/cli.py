@@ -5,7 +5,9 @@ Commands:
   ``--loops`` / ``--seconds`` repeat its gait cycle first.
 - ``check``: validate 2D/3D motion files and print a summary table.
 - ``import-json``: COCO / mmpose keypoint JSON -> 2D clip.
-- ``import-aist``: one AIST++ sequence, or a split (one file each), -> 2D clips.
+- ``import-aist``: one AIST++ sequence (calibrated or not), or a split (one file each), -> 2D clips.
+- ``import-penn``, ``import-badja``: Penn Action ``.mat`` / BADJA JSON -> 2D clips.
+- ``import-deepmimic``, ``import-bvh``: DeepMimic / BVH motion -> shared mocap clips (``.npz``).
 - ``dribble``: a synthetic dribble (looped run/walk + simulated ball) -> 2D clip.
 - ``demo``: write the built-in demo clip (no external data needed).
 
@@ -23,6 +25,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from mimic2dm.motion import import_cli
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
     DEFAULT_CONTROL_HZ,
@@ -345,15 +348,24 @@ def import_json(
     height: Annotated[
         int | None, typer.Option(help="Image height (px), if the JSON has none.")
     ] = None,
+    image_size: Annotated[
+        str | None,
+        typer.Option(help="Image size WxH (px), if the JSON has none (or --width/--height)."),
+    ] = None,
     keypoint_set: Annotated[str, typer.Option(help="coco17 | dog17.")] = "coco17",
     random_weights: Annotated[
         bool, typer.Option(help="Mark keypoints from an untrained pose model.")
     ] = False,
 ) -> None:
     """Convert keypoint JSON (COCO or mmpose layout) into a single-view 2D clip."""
+    from mimic2dm.motion.import_cli import parse_size
     from mimic2dm.motion.loaders import load_keypoints_json
 
-    size = (width, height) if width and height else None
+    if (width is None) != (height is None) or (width is not None and min(width, height) <= 0):
+        raise typer.BadParameter("give both, > 0 (or --image-size WxH)", param_hint="--width/--height")  # fmt: skip
+    if image_size is not None and width is not None:
+        raise typer.BadParameter("give --image-size or --width/--height, not both", param_hint="--image-size")  # fmt: skip
+    size = parse_size(image_size) or ((width, height) if width else None)
     _convert(
         out,
         load_keypoints_json,
@@ -368,13 +380,18 @@ def import_json(
 @app.command("import-aist")
 def import_aist(
     anno_dir: Annotated[
-        Path, typer.Argument(help="AIST++ annotation folder (aist_plusplus_final).")
+        Path,
+        typer.Argument(
+            help="AIST++ annotation folder (aist_plusplus_final), a folder of keypoints2d "
+            "<seq>.pkl files, or one such .pkl/.npz file."
+        ),
     ],
     out: Annotated[
         Path, typer.Option("--out", help="Output 2D clip (.npz); with --split, a folder.")
     ],
     seq: Annotated[
-        str | None, typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21.")
+        str | None,
+        typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21 (not with a file)."),
     ] = None,
     split: Annotated[
         str | None,
@@ -390,28 +407,48 @@ def import_aist(
         bool, typer.Option(help="Keep one randomly drawn camera view per sequence (in meta).")
     ] = False,
     seed: Annotated[int, typer.Option(help="Seed of --one-random-view.")] = 0,
+    fps: Annotated[
+        float | None,
+        typer.Option(help="Frame rate [default: from the file's timestamps, else 60]."),
+    ] = None,
+    image_size: Annotated[
+        str | None,
+        typer.Option(help="WxH of uncalibrated views (no camera file) [default: 1920x1080]."),
+    ] = None,
 ) -> None:
     """Convert AIST++ sequences (2D keypoints, cameras, 3D keypoints) into 2D clips.
 
-    One sequence (``--seq``) or a whole split (``--split``); all views, ``--view`` ones,
-    or ``--one-random-view``. The 3D keypoints are kept as ground truth for evaluation.
+    One sequence (``--seq``, or a single keypoint file), or a whole split (``--split``); all
+    views, ``--view`` ones, or ``--one-random-view``. The 3D keypoints are kept as ground
+    truth for evaluation. Without ``cameras/mapping.txt`` or the setting's camera file the
+    views stay uncalibrated (named c01, c02... in file order) for ``mimic2dm preprocess``.
     """
     from mimic2dm.motion.aist import SPLITS, import_sequence, import_split
+    from mimic2dm.motion.import_cli import parse_size
 
-    if (seq is None) == (split is None):
-        raise typer.BadParameter("give --seq or --split (one of them)", param_hint="--seq/--split")
+    single = anno_dir.is_file()
+    if split is None and seq is None and not single:
+        raise typer.BadParameter(
+            "give --seq or --split (one of them), or a keypoint file", param_hint="--seq/--split"
+        )
+    if split is not None and (seq is not None or single):
+        raise typer.BadParameter("give --seq or --split, not both", param_hint="--seq/--split")
     if split is not None and split not in SPLITS:
         raise typer.BadParameter(
             f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split"
         )
     if one_random_view and view:
         raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
+    if fps is not None and not fps > 0:
+        raise typer.BadParameter(f"{fps:g}: must be > 0", param_hint="--fps")
     draw = seed if one_random_view else None
-    if seq is not None:
-        _convert(out, import_sequence, anno_dir, seq, views=view or None, one_view_seed=draw)
+    opts = {"fps": fps, "image_size": parse_size(image_size)}
+    if split is None:
+        name = seq if seq is not None else anno_dir.stem
+        _convert(out, import_sequence, anno_dir, name, views=view or None, one_view_seed=draw, **opts)  # fmt: skip
         return
     try:
-        files = import_split(anno_dir, split, out, one_view_seed=draw, views=view or None)
+        files = import_split(anno_dir, split, out, one_view_seed=draw, views=view or None, **opts)
     except (MotionFormatError, ValueError, KeyError, OSError) as e:
         _error(str(e))
         raise typer.Exit(1) from None
@@ -434,8 +471,11 @@ def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
         _error(str(e))
         raise typer.Exit(1) from None
     save_motion2d(m, out)
+    cams = m.summary()["cameras"]
     _console().print(
-        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames", markup=False, soft_wrap=True
+        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, cameras {cams}",
+        markup=False,
+        soft_wrap=True,
     )
 
 
@@ -496,3 +536,6 @@ def demo(
     _console().print(
         f"wrote {out_dir}/demo_3d.npz and demo_2d.npz ({m2.num_frames} frames)", markup=False
     )
+
+
+import_cli.register(app)

@@ -37,6 +37,9 @@ from mimic2dm.motion.keypoint_sets import load_keypoint_set
 AIST_FPS = 60.0
 """Frame rate of AIST++ annotations."""
 
+AIST_IMAGE_SIZE = (1920, 1080)
+"""Image size of every AIST++ video: the size of uncalibrated views (no camera file to read it from)."""
+
 AIST_CM_TO_M = 0.01
 """AIST++ translations and 3D keypoints are in centimetres."""
 
@@ -58,6 +61,12 @@ def _read_json(path: str | os.PathLike) -> Any:
         _fail(path, "(file)", f"is not valid JSON ({e})", "a keypoint JSON file")
 
 
+def _check_rate(path, fps: Any) -> None:
+    ok = isinstance(fps, (int, float, np.integer, np.floating)) and not isinstance(fps, bool)
+    if not ok or not np.isfinite(fps) or fps <= 0:
+        _fail(path, "fps", f"is {fps!r}", "the video's frame rate > 0 (--fps)")
+
+
 def _finish(path, kp, conf, keypoint_set, fps, image_size, meta, source_format) -> Motion2D:
     """Clip scores, blank frames without detections and build a single-view clip."""
     conf = np.nan_to_num(np.clip(conf, 0.0, 1.0), nan=0.0)
@@ -67,8 +76,10 @@ def _finish(path, kp, conf, keypoint_set, fps, image_size, meta, source_format) 
             path,
             "image_size",
             "is unknown (the file has no image sizes)",
-            "image_size=(width, height) passed to the loader",
+            "--image-size WxH (image_size=(width, height)) or width/height in the JSON's 'images'",
         )
+    if not (conf > 0).any():
+        _fail(path, "keypoints", "are all missing or with score 0", "some detected keypoints")
     m = Motion2D(
         keypoints=kp[None].astype(np.float32),
         confidence=conf[None].astype(np.float32),
@@ -102,6 +113,8 @@ def _coco_frames(
 ) -> tuple[list, dict[Any, int], int, tuple | None]:
     """Annotations, image_id -> frame index, number of frames, image size from ``images``."""
     if isinstance(data, list):
+        if not data:
+            _fail(path, "(file)", "is an empty list", "a non-empty COCO results list [{image_id, keypoints, score}, ...]")  # fmt: skip
         anns = data
         ids = [a.get("image_id") for a in anns if isinstance(a, dict)]
         if not ids or not all(isinstance(i, int) for i in ids):
@@ -141,6 +154,11 @@ def _coco_frames(
     def order(im):
         return im.get("frame_id", im.get("frame_index", im["id"]))
 
+    ids = [im["id"] for im in images]
+    if len(set(ids)) != len(ids):
+        dup = next(i for n, i in enumerate(ids) if i in ids[:n])
+        # a repeated id would leave an empty frame and shift the time line after it
+        _fail(path, "images", f"repeat the id {dup!r}", "one entry per image id (one image per frame)")  # fmt: skip
     images = sorted(images, key=order)
     frames = {im["id"]: t for t, im in enumerate(images)}
     sizes = {(im.get("width"), im.get("height")) for im in images} - {(None, None)}
@@ -202,6 +220,7 @@ def load_coco_keypoints(
         ``Motion2D`` with ``V = 1``. Annotations without ``score`` (ground truth) use
         the COCO visibility flags: ``v > 0`` -> confidence 1.
     """
+    _check_rate(path, fps)
     anns, frames, T, size = _coco_frames(path, _read_json(path), first_image_id)
     K = load_keypoint_set(keypoint_set).num_keypoints
     acc = _BestPerFrame(T, K)
@@ -280,6 +299,7 @@ def load_mmpose_predictions(
         ``Motion2D`` with ``V = 1``; per frame the instance with the highest
         ``bbox_score`` (else mean keypoint score) is kept.
     """
+    _check_rate(path, fps)
     data, frames = _mmpose_frames(path, _read_json(path), first_frame_id)
     K = load_keypoint_set(keypoint_set).num_keypoints
     acc = _BestPerFrame(max(frames) + 1, K)
@@ -360,15 +380,11 @@ def _find(folder: Path, stem: str) -> Path:
     )
 
 
-def _aist_env(anno_dir: Path, seq_name: str) -> str:
+def _aist_env(anno_dir: Path, seq_name: str) -> str | None:
+    """The camera setting of ``seq_name``, or None when the tree has no ``cameras/mapping.txt``."""
     mapping = anno_dir / "cameras" / "mapping.txt"
     if not mapping.is_file():
-        _fail(
-            mapping,
-            "(file)",
-            "does not exist",
-            "cameras/mapping.txt with lines '<sequence> <setting>'",
-        )
+        return None
     for line in mapping.read_text().splitlines():
         parts = line.split()
         if len(parts) == 2 and parts[0] == seq_name:
@@ -444,84 +460,146 @@ def _aist_keypoints3d(
     return (p @ A.T) * AIST_CM_TO_M
 
 
-def _aist_keypoints2d(kp_path: Path) -> np.ndarray:
+def _aist_keypoints2d(kp_path: Path) -> tuple[np.ndarray, Any]:
+    """``keypoints2d [V, T, 17, 3]`` and the ``timestamps`` (or None) of a keypoint file."""
     data = _read_arrays(kp_path)
     if "keypoints2d" not in data:
         _fail(kp_path, "keypoints2d", "is missing", "keypoints2d [V, T, 17, 3]")
     k2 = np.asarray(data["keypoints2d"], dtype=np.float64)
-    if k2.ndim != 4 or k2.shape[2:] != (17, 3):
-        _fail(kp_path, "keypoints2d", f"has shape {list(k2.shape)}", "[V, T, 17, 3] (x, y, score)")
-    return k2
+    if k2.ndim != 4 or k2.shape[2:] != (17, 3) or 0 in k2.shape:
+        _fail(
+            kp_path,
+            "keypoints2d",
+            f"has shape {list(k2.shape)}",
+            "[V, T, 17, 3] (x, y, score) with V, T >= 1",
+        )
+    if not np.isfinite(k2[..., :2]).any():
+        _fail(kp_path, "keypoints2d", "has no finite keypoint", "some detected (non-NaN) keypoints")
+    return k2, data.get("timestamps")
 
 
-def _aist_select(cam_path: Path, cams: list[AistCamera], views: list[str] | None) -> list[int]:
+def _aist_fps(kp_path: Path, stamps: Any, fps: float | None) -> float:
+    """The frame rate: ``fps``, checked against the file's ``timestamps`` (microseconds) if any."""
+    if fps is not None and not (np.isfinite(fps) and fps > 0):
+        _fail(kp_path, "fps", f"is {fps}", "a frame rate > 0 (--fps)")
+    if stamps is None or np.size(stamps) < 2:
+        return AIST_FPS if fps is None else float(fps)
+    step = np.diff(np.asarray(stamps, dtype=np.float64).ravel())
+    if not np.isfinite(step).all() or (step <= 0).any():
+        _fail(kp_path, "timestamps", "are not increasing", "increasing frame times (microseconds)")
+    rate = 1e6 / float(np.median(step))
+    if not 1.0 <= rate <= 1000.0:  # not microseconds (e.g. frame numbers): nothing to check
+        return AIST_FPS if fps is None else float(fps)
+    if fps is not None and abs(rate - fps) > 0.01 * fps:
+        expected = f"--fps to match the timestamps ({rate:.4g} fps) or be left out"
+        _fail(kp_path, "timestamps", f"give {rate:.4g} fps, not {fps:g}", expected)
+    return AIST_FPS if abs(rate - AIST_FPS) < 0.01 * AIST_FPS else round(rate, 3)
+
+
+def _aist_select(
+    src: Path, names: list[str], sizes: list[tuple], views: list[str] | None
+) -> list[int]:
     """Indices of the kept views; they must share one image size."""
-    names = [c.name for c in cams]
     if views is None:
-        keep = list(range(len(cams)))
+        keep = list(range(len(names)))
     else:
         keep = [names.index(v) for v in views if v in names]
         if len(keep) != len(views):
-            _fail(cam_path, "name", f"lacks some of {views}", f"views among {names}")
-    sizes = {cams[i].size for i in keep}
-    if len(sizes) != 1:
+            _fail(src, "name", f"lacks some of {views}", f"views among {names}")
+    if len({sizes[i] for i in keep}) != 1:
         expected = "one image size (select views with views=[...])"
-        _fail(cam_path, "size", f"differs across views {sorted(sizes)}", expected)
+        _fail(src, "size", f"differs across views {sorted({sizes[i] for i in keep})}", expected)
     return keep
+
+
+def _aist_paths(anno: Path, seq_name: str | None) -> tuple[Path, Path, str]:
+    """``(keypoints file, tree root, sequence name)`` of an annotation tree, a folder of
+    keypoint files or one keypoint file (whose tree root is above ``keypoints2d/``)."""
+    if anno.is_file():
+        root = anno.parent.parent if anno.parent.name == "keypoints2d" else anno.parent
+        return anno, root, anno.stem
+    if seq_name is None:
+        _fail(
+            anno, "(sequence)", "is not given", "a sequence name, or a keypoints2d .pkl/.npz file"
+        )
+    sub = anno / "keypoints2d"
+    return _find(sub if sub.is_dir() or not anno.is_dir() else anno, seq_name), anno, seq_name
 
 
 def load_aist(
     anno_dir: str | os.PathLike,
-    seq_name: str,
+    seq_name: str | None = None,
     *,
     views: list[str] | None = None,
-    fps: float = AIST_FPS,
+    fps: float | None = None,
     use_optim: bool = False,
     z_up: bool = True,
+    image_size: tuple[int, int] | None = None,
     meta: dict[str, Any] | None = None,
 ) -> Motion2D:
     """Read one AIST++ sequence (all or some views) into a multi-view :class:`Motion2D`.
 
     Args:
-        anno_dir: AIST++ annotation folder (``keypoints2d/``, ``cameras/``, ``keypoints3d/``).
+        anno_dir: AIST++ annotation folder (``keypoints2d/``, optional ``cameras/`` and
+            ``keypoints3d/``), a folder holding ``<seq>.pkl|npz`` keypoint files, or one
+            keypoint file (then ``seq_name`` is its stem).
         seq_name: sequence name, e.g. ``gWA_sFM_cAll_d27_mWA2_ch21``.
         views: camera names to keep (e.g. ``["c01", "c05"]``; default all, file order).
-        fps: frame rate (AIST++: 60).
+        fps: frame rate; default from the file's ``timestamps`` (microseconds; used when
+            they give 1-1000 fps), else 60 (AIST++); a value that disagrees with such
+            timestamps by more than 1% is refused.
         use_optim: read ``keypoints3d_optim`` instead of ``keypoints3d``.
         z_up: convert the y-up AIST++ world to z-up (default; our convention).
+        image_size: ``(width, height)`` of uncalibrated views (default the dataset's
+            1920x1080); calibrated views take the cameras' size.
         meta: merged into the clip's ``meta``.
 
     Returns:
-        ``Motion2D`` with ``V`` views, static cameras (metres) and, when
-        ``keypoints3d/<seq>`` exists, 3D ground truth in metres. Keypoints that are NaN
-        in the file get confidence 0.
+        ``Motion2D`` with ``V`` views and, when ``cameras/mapping.txt`` and the setting's
+        camera file exist, static cameras (metres); otherwise no cameras (views named
+        ``c01``, ``c02``... in file order; ``mimic2dm preprocess`` estimates them).
+        With ``keypoints3d/<seq>``, 3D ground truth in metres. NaN keypoints get confidence 0.
     """
-    anno_dir = Path(anno_dir)
-    kp_path = _find(anno_dir / "keypoints2d", seq_name)
-    k2 = _aist_keypoints2d(kp_path)
-    cam_path = anno_dir / "cameras" / f"{_aist_env(anno_dir, seq_name)}.json"
-    cams = load_aist_cameras(cam_path, z_up)
-    if len(cams) != k2.shape[0]:
+    kp_path, root, seq_name = _aist_paths(Path(anno_dir), seq_name)
+    k2, stamps = _aist_keypoints2d(kp_path)
+    fps = _aist_fps(kp_path, stamps, fps)
+    env = _aist_env(root, seq_name)
+    cam_path = root / "cameras" / f"{env}.json"
+    cams = load_aist_cameras(cam_path, z_up) if env is not None and cam_path.is_file() else None
+    if cams is not None and len(cams) != k2.shape[0]:
         expected = f"one per camera in {cam_path.name} ({len(cams)})"
         _fail(kp_path, "keypoints2d", f"has {k2.shape[0]} views", expected)
-    keep = _aist_select(cam_path, cams, views)
+    if cams is None:
+        names = [f"c{v + 1:02d}" for v in range(k2.shape[0])]
+        sizes = [tuple(image_size or AIST_IMAGE_SIZE)] * len(names)
+    else:
+        names, sizes = [c.name for c in cams], [c.size for c in cams]
+    keep = _aist_select(cam_path if cams else kp_path, names, sizes, views)
     k2 = k2[keep]
     conf = np.nan_to_num(np.clip(k2[..., 2], 0.0, 1.0), nan=0.0)
-    conf[~np.isfinite(k2[..., :2]).all(-1)] = 0.0
+    finite = np.isfinite(k2[..., :2]).all(-1)
+    conf[~finite] = 0.0
+    # a missed detection is NaN in the file: keep it out of the pixels (confidence 0 masks it)
+    kp = np.where(finite[..., None], k2[..., :2], np.nan)
     A = Y_UP_TO_Z_UP if z_up else np.eye(3)
     info = {"source": str(kp_path), "source_format": "aist++", "random_weights": False}
+    cam_fields = {}
+    if cams is not None:
+        cam_fields = {
+            "camera_R": np.stack([cams[i].R for i in keep])[:, None].astype(np.float32),
+            "camera_t": np.stack([cams[i].t for i in keep])[:, None].astype(np.float32),
+            "camera_intrinsics": np.stack([cams[i].intrinsics for i in keep])[:, None].astype(np.float32),
+        }  # fmt: skip
     m = Motion2D(
-        keypoints=k2[..., :2].astype(np.float32),
+        keypoints=kp.astype(np.float32),
         confidence=conf.astype(np.float32),
         keypoint_set="coco17",
         fps=fps,
-        image_size=cams[keep[0]].size,
-        camera_R=np.stack([cams[i].R for i in keep])[:, None].astype(np.float32),
-        camera_t=np.stack([cams[i].t for i in keep])[:, None].astype(np.float32),
-        camera_intrinsics=np.stack([cams[i].intrinsics for i in keep])[:, None].astype(np.float32),
-        keypoints3d=_opt32(_aist_keypoints3d(anno_dir, seq_name, use_optim, A, k2.shape[1])),
-        meta={**info, "views": [cams[i].name for i in keep], **(meta or {})},
-    )
+        image_size=sizes[keep[0]],
+        keypoints3d=_opt32(_aist_keypoints3d(root, seq_name, use_optim, A, k2.shape[1])),
+        meta={**info, "views": [names[i] for i in keep], "calibrated": cams is not None, **(meta or {})},
+        **cam_fields,
+    )  # fmt: skip
     m.validate(kp_path)
     return m
 
