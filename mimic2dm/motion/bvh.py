@@ -185,7 +185,7 @@ def _bvh_global(bvh: Bvh) -> tuple[np.ndarray, list[Rotation], np.ndarray]:
             v = bvh.motion[:, col]
             col += 1
             if c.endswith("rotation"):  # channels apply in the listed order (intrinsic)
-                local = local * Rotation.from_euler(c[0], v, degrees=True)
+                local = local * Rotation.from_euler(c[0], v[:, None], degrees=True)
             elif c.endswith("position"):  # added to the offset, so the rest pose is all zeros
                 trans[:, "xyz".index(c[0])] = joint.offset["xyz".index(c[0])] + v
         p = joint.parent
