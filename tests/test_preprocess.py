@@ -375,7 +375,9 @@ def test_bad_input_is_a_clear_error(tmp_path):
     cases = [
         (["preprocess", str(tmp_path / "nope.npz"), "--out", out], "nope.npz"),
         (["preprocess", str(clip), "--out", out, "--character", "dog"], "keypoint_set"),
-        (["preprocess", str(two), "--out", out], "--view"),
+        (["preprocess", str(two), "--out", out, "--views", "0,7"], "--view"),
+        (["preprocess", str(two), "--out", out, "--views", "0,0"], "--view"),
+        (["preprocess", str(two), "--out", out, "--camera", "dynamic"], "static"),
         (["preprocess", str(clip), "--out", out, "--gt", str(clip)], "camera_R"),
         (["preprocess", str(clip), "--out", out, "--focal", "-3"], "--focal"),
         (["preprocess", str(clip), "--out", out, "--camera", "orbit"], "--camera"),

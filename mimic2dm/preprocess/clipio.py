@@ -43,7 +43,7 @@ def preprocessed_clip(m: Motion2D, fit, character: str, meta: dict[str, Any]) ->
     """``m`` stripped, plus the estimates of ``fit`` (:class:`~mimic2dm.preprocess.optimize.FitResult`).
 
     Args:
-        m: single-view input clip.
+        m: input clip, one view per camera of ``fit``.
         character: registry name of the character the states belong to.
         meta: stored under ``meta["preprocess"]``.
     """
@@ -51,9 +51,11 @@ def preprocessed_clip(m: Motion2D, fit, character: str, meta: dict[str, Any]) ->
     out.meta = {k: v for k, v in out.meta.items() if k != "stripped_from"} | {"preprocess": meta}
     if "stripped_from" in m.meta:
         out.meta["stripped_from"] = m.meta["stripped_from"]
-    out.camera_R = fit.camera_R[None].astype(np.float32)
-    out.camera_t = fit.camera_t[None].astype(np.float32)
-    out.camera_intrinsics = fit.camera_intrinsics[None].astype(np.float32)
+    # one view: cameras [F, ...]; several (multiview.fit_views): [V, F, ...]
+    per_view = fit.camera_R.ndim == 4
+    for name in ("camera_R", "camera_t", "camera_intrinsics"):
+        x = getattr(fit, name).astype(np.float32)
+        setattr(out, name, x if per_view else x[None])
     out.est_keypoints3d = fit.keypoints3d
     out.init_character = character
     out.init_root_pos, out.init_root_quat = fit.root_pos, fit.root_quat

@@ -34,6 +34,18 @@ def point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
     return torch.cat([eye, d_rot.transpose(2, 3), d_dof.transpose(2, 3)], dim=-1)
 
 
+def _per_point(R, t, k, kp):
+    """Cameras per projected point: ``R [N, V * K, 3, 3]``, ``t [N, V * K, 3]``, ``k [N, V * K, 4]``
+    and the points ``[N, V * K, 3]`` (view-major) from one camera per row (``R [N, 3, 3]``)
+    or ``V`` (``R [N, V, 3, 3]``)."""
+    N, K = kp.shape[:2]
+    if R.dim() == 3:
+        R, t, k = R[:, None], t[:, None], k[:, None]
+    V = R.shape[1]
+    rep = lambda x: x.repeat_interleave(K, dim=1)  # noqa: E731
+    return rep(R), rep(t), rep(k), kp.repeat(1, V, 1)
+
+
 def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = False):
     """Residuals ``[N, M]`` of params ``p [N, 6 + J]`` (and their Jacobian ``[N, M, 6 + J]``);
     ``nb [N, J]``: the mean joint angles of the neighbouring frames."""
@@ -44,9 +56,10 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
         kp, contact, root_rot, axes, pivots = model.jacobian_parts(p[..., :3], quat, dof)
     else:
         kp, contact = model.forward(p[..., :3], quat, dof)
-    X = torch.einsum("nij,nkj->nki", R, kp) + t[:, None]
+    R, t, k, kp_v = _per_point(R, t, k, kp)
+    X = torch.einsum("nkij,nkj->nki", R, kp_v) + t
     z = X[..., 2:3].clamp_min(1e-3)
-    uv = X[..., :2] / z * k[:, None, :2] + k[:, None, 2:]
+    uv = X[..., :2] / z * k[..., :2] + k[..., 2:]
     scale = (sw / sigma)[..., None]
     r_uv = ((uv - obs) * scale).flatten(-2)
     up = rot.quat_rotate(
@@ -66,8 +79,9 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
         return r
     N, P = p.shape
     G = point_jacobian(kp, p[:, :3], root_rot, axes, pivots, model.site_below)  # [N, K, 3, P]
-    f = k[:, None, :2, None] / z[..., None]  # [N, K, 1, 1] -> per row of D
-    D = f * (R[:, None, :2, :] - (X[..., :2] / z)[..., None] * R[:, None, 2:3, :])  # [N, K, 2, 3]
+    G = G.repeat(1, kp_v.shape[1] // kp.shape[1], 1, 1)  # the same points seen by each view
+    f = k[..., :2, None] / z[..., None]  # [N, VK, 2, 1] -> per row of D
+    D = f * (R[..., :2, :] - (X[..., :2] / z)[..., None] * R[..., 2:3, :])  # [N, VK, 2, 3]
     J_uv = (scale[..., None] * (D @ G)).flatten(1, 2)
     J_up = torch.zeros(N, 2, P, dtype=p.dtype)
     J_up[:, :, 3:6] = (
@@ -105,7 +119,9 @@ def fit_poses(
 
     Args:
         obs: ``[N, K, 2]`` pixels; weight: ``[N, K]`` confidences (0 = masked).
-        cams: ``(R [N, 3, 3], t [N, 3], intrinsics [N, 4])``.
+        cams: ``(R [N, 3, 3], t [N, 3], intrinsics [N, 4])``; or ``V`` views per row:
+            ``(R [N, V, 3, 3], t [N, V, 3], intrinsics [N, V, 4])`` with ``obs [N, V * K, 2]``
+            and ``weight [N, V * K]`` (view-major).
         root_pos ``[N, 3]``, root_quat ``[N, 4]`` xyzw, dof_pos ``[N, J]``: initial poses.
         sigma: pixel error that counts as 1; weights: ``upright``, ``prior``, ``ground``,
             ``temporal`` (joint angles towards their neighbours' mean, per 0.1 rad).

@@ -66,24 +66,39 @@ def foot_skate(
     fps: float,
     speed: float = 0.2,
     height: float = 0.03,
+    pair_ok: torch.Tensor | None = None,
 ):
     """``[H]``: horizontal speed of contact points ``[H, T, C, 3]`` near the ground (a foot
-    on the ground does not slide), per ``speed`` m/s, weighted by ``exp(-h / height)``."""
+    on the ground does not slide), per ``speed`` m/s, weighted by ``exp(-h / height)``.
+    ``pair_ok [T - 1]``: which consecutive frames are adjacent in time (untrusted frames
+    cut out of a fit leave jumps that are no motion); None: all."""
     if contact.shape[1] < 2:
         return contact.new_zeros(contact.shape[0])
     v = (contact[:, 1:, :, :2] - contact[:, :-1, :, :2]) * fps / speed
     h = 0.5 * (contact[:, 1:, :, 2] + contact[:, :-1, :, 2]) - radius
     w = torch.exp(-torch.relu(h).detach() / height)
-    return (w * v.square().sum(-1)).mean((-1, -2))
+    return _masked_mean((w * v.square().sum(-1)).mean(-1), pair_ok)
 
 
-def smoothness(x: torch.Tensor, fps: float, scale: float) -> torch.Tensor:
+def _masked_mean(x: torch.Tensor, ok: torch.Tensor | None) -> torch.Tensor:
+    """Mean of ``x [H, N]`` over the ``N`` entries where ``ok [N]`` (all where None) -> ``[H]``."""
+    if ok is None:
+        return x.mean(-1)
+    ok = ok.to(x.dtype)
+    return (x * ok).sum(-1) / ok.sum().clamp_min(1.0)
+
+
+def smoothness(
+    x: torch.Tensor, fps: float, scale: float, pair_ok: torch.Tensor | None = None
+) -> torch.Tensor:
     """``[H]``: squared second differences of ``x [H, T, ...]`` as accelerations per ``scale``
-    (units of x per s^2)."""
+    (units of x per s^2); ``pair_ok [T - 1]`` as in :func:`foot_skate` (a triple of frames
+    counts where both of its steps are adjacent)."""
     if x.shape[1] < 3:
         return x.new_zeros(x.shape[0])
     acc = (x[:, 2:] - 2 * x[:, 1:-1] + x[:, :-2]) * fps**2 / scale
-    return acc.square().flatten(2).mean(-1).mean(-1)
+    ok = None if pair_ok is None else pair_ok[1:] & pair_ok[:-1]
+    return _masked_mean(acc.square().flatten(2).mean(-1), ok)
 
 
 def pose_prior(dof_pos: torch.Tensor, dof_scale: float = 1.0) -> torch.Tensor:

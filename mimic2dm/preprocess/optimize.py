@@ -149,6 +149,8 @@ class _Problem:
         self.focal0 = focal0
         self.sigma = cfg.sigma_px * self.height / 1080.0
         self.v: dict[str, torch.Tensor] = {}
+        # [T - 1] bool: consecutive frames adjacent in time (False across cut-out frames)
+        self.pair_ok: torch.Tensor | None = None
 
     # ---------------------------------------------------------------- camera
     def cameras(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -172,35 +174,47 @@ class _Problem:
     # ---------------------------------------------------------------- loss
     def loss(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Total loss ``[H]`` and its weighted terms ``{name: [H]}``."""
-        cfg, v, m = self.cfg, self.v, self.model
-        kp, contact = m.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
+        cfg, v = self.cfg, self.v
+        kp, contact = self.model.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
         R, t, k = self.cameras()
         uv, _ = project_points(R, t, k, kp)
-        cz = contact[..., 2] - m.contact_radius
-        q = v["root_quat"] / v["root_quat"].norm(dim=-1, keepdim=True)
-        up_z = 1.0 - 2.0 * (q[..., 0].square() + q[..., 1].square())
         terms = {
-            "reproj": cfg.w_reproj * L.robust_reprojection(uv, self.uv, self.weight, self.sigma),
-            "ground": cfg.w_ground * L.ground_penetration(kp[..., 2], cz),
-            "lowest": cfg.w_lowest * L.lowest_contact(cz),
-            "skate": cfg.w_skate * L.foot_skate(contact, m.contact_radius, self.fps),
-            "smooth": cfg.w_smooth * L.smoothness(kp, self.fps, cfg.smooth_scale),
-            "root_smooth": cfg.w_root_smooth
-            * L.smoothness(v["root_pos"][..., :2], self.fps, cfg.root_smooth_scale),
-            "prior": cfg.w_prior * L.pose_prior(v["dof_pos"]),
-            "upright": cfg.w_upright * L.upright(up_z),
-            "limits": cfg.w_limits * L.joint_limits(v["dof_pos"], m.lower, m.upper),
-            "focal": cfg.w_focal_prior * v["log_focal"].square(),
+            "reproj": cfg.w_reproj * L.robust_reprojection(uv, self.uv, self.weight, self.sigma)
         }
+        terms |= self.motion_terms(kp, contact)
+        terms["focal"] = cfg.w_focal_prior * v["log_focal"].square()
         if cfg.camera == "dynamic":
             ang = torch.stack([v["d_yaw"], v["d_pitch"], v["d_roll"]], -1)
+            ok = self.pair_ok
             terms["camera"] = (
                 cfg.w_camera_motion * v["d_pos"].square().sum(-1).mean(-1)
                 + cfg.w_camera_smooth
-                * (L.smoothness(ang, self.fps, 5.0) + L.smoothness(v["d_pos"], self.fps, 2.0))
+                * (
+                    L.smoothness(ang, self.fps, 5.0, ok)
+                    + L.smoothness(v["d_pos"], self.fps, 2.0, ok)
+                )
                 + 10.0 * (ang[:, 0].square().sum(-1) + v["d_pos"][:, 0].square().sum(-1))
             )
         return sum(terms.values()), terms
+
+    def motion_terms(self, kp: torch.Tensor, contact: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The weighted terms ``{name: [H]}`` that need no camera: ground, contacts, smoothness,
+        pose priors (``kp [H, T, K, 3]``, ``contact [H, T, C, 3]`` of the current motion)."""
+        cfg, v, m, ok = self.cfg, self.v, self.model, self.pair_ok
+        cz = contact[..., 2] - m.contact_radius
+        q = v["root_quat"] / v["root_quat"].norm(dim=-1, keepdim=True)
+        up_z = 1.0 - 2.0 * (q[..., 0].square() + q[..., 1].square())
+        return {
+            "ground": cfg.w_ground * L.ground_penetration(kp[..., 2], cz),
+            "lowest": cfg.w_lowest * L.lowest_contact(cz),
+            "skate": cfg.w_skate * L.foot_skate(contact, m.contact_radius, self.fps, pair_ok=ok),
+            "smooth": cfg.w_smooth * L.smoothness(kp, self.fps, cfg.smooth_scale, ok),
+            "root_smooth": cfg.w_root_smooth
+            * L.smoothness(v["root_pos"][..., :2], self.fps, cfg.root_smooth_scale, ok),
+            "prior": cfg.w_prior * L.pose_prior(v["dof_pos"]),
+            "upright": cfg.w_upright * L.upright(up_z),
+            "limits": cfg.w_limits * L.joint_limits(v["dof_pos"], m.lower, m.upper),
+        }
 
     def project_(self, upright: bool = False) -> None:
         """Keep the variables feasible (after an optimiser step); ``upright``: turn the
@@ -225,17 +239,7 @@ class _Problem:
             {"params": [self.v["root_pos"]], "lr": lr},
             {"params": [self.v["root_quat"]], "lr": lr},
             {"params": [self.v["dof_pos"]], "lr": 2 * lr},
-            {"params": [self.v["height"], self.v["pitch"], self.v["roll"]], "lr": 0.5 * lr},
-        ]
-        if focal:
-            groups.append({"params": [self.v["log_focal"]], "lr": 0.3 * lr})
-        if self.cfg.camera == "dynamic":
-            groups.append(
-                {
-                    "params": [self.v[n] for n in ("d_yaw", "d_pitch", "d_roll", "d_pos")],
-                    "lr": 0.5 * lr,
-                }
-            )
+        ] + self.camera_groups(lr, focal)
         for g in groups:
             for p in g["params"]:
                 p.requires_grad_(True)
@@ -257,6 +261,16 @@ class _Problem:
         with torch.no_grad():
             total, _ = self.loss()
         return total
+
+    def camera_groups(self, lr: float, focal: bool) -> list[dict[str, Any]]:
+        """Adam parameter groups of the camera variables (learning rate ``lr``)."""
+        groups = [{"params": [self.v["height"], self.v["pitch"], self.v["roll"]], "lr": 0.5 * lr}]
+        if focal:
+            groups.append({"params": [self.v["log_focal"]], "lr": 0.3 * lr})
+        if self.cfg.camera == "dynamic":
+            names = ("d_yaw", "d_pitch", "d_roll", "d_pos")
+            groups.append({"params": [self.v[n] for n in names], "lr": 0.5 * lr})
+        return groups
 
     def fit_poses(self, iters: int, progress=None, free: bool = False) -> None:
         """Levenberg-Marquardt on every frame's pose through the current cameras;
@@ -411,6 +425,24 @@ def _init_variables(model, spec, kset, uv, mask, fps, size, focal0, cfg, heading
     return v
 
 
+def _pairs_ok(frames: np.ndarray, idx: np.ndarray) -> torch.Tensor:
+    """``[len(idx) - 1]``: whether each step between the fitted frames ``frames[idx]`` spans no
+    cut-out frame (``frames``: the fitted frames' indices in the clip, sorted)."""
+    cuts = np.concatenate([[0], np.cumsum(np.diff(frames) > 1)])
+    return torch.as_tensor(cuts[idx[1:]] == cuts[idx[:-1]])
+
+
+def expand_frames(x: torch.Tensor, frames: np.ndarray, T: int, quat: bool = False) -> torch.Tensor:
+    """Per-frame variables ``x [S, ...]`` known at frames ``frames [S]`` to all ``T`` frames:
+    linear interpolation between fitted frames, the first / last held before / after them
+    (quaternions ``[S, 4]``: sign-continuous, interpolated and normalised)."""
+    if len(frames) == T:
+        return x
+    if quat:
+        return rot.quat_normalize(_interp(_continuous(x), frames, T))
+    return _interp(x, frames, T)
+
+
 def fit_clip(
     spec: CharacterSpec,
     keypoints: np.ndarray,
@@ -420,6 +452,7 @@ def fit_clip(
     image_size: tuple[int, int],
     cfg: PreprocessConfig | None = None,
     progress=None,
+    trusted: np.ndarray | None = None,
 ) -> FitResult:
     """Estimate the camera and the character's motion from one view of 2D keypoints.
 
@@ -428,34 +461,48 @@ def fit_clip(
         keypoints: ``[T, K, 2]`` pixels (NaN allowed where masked); confidence, mask: ``[T, K]``.
         fps: frame rate; image_size: ``(width, height)``.
         cfg: settings; progress: callable ``(advance, total)`` or None.
+        trusted: ``[T]`` bool, the frames to fit (None: all; at least 3). The others are
+            filled in: joint angles, root and dynamic-camera offsets interpolated linearly
+            between fitted frames and held before the first / after the last one.
 
     Returns:
-        :class:`FitResult`.
+        :class:`FitResult` for all ``T`` frames; ``info["fitted_frames"]``: how many were fitted.
     """
     cfg = cfg or PreprocessConfig()
     t0 = time.perf_counter()
     torch.manual_seed(cfg.seed)
     model = CharacterModel(spec)
-    kset = load_keypoint_set(spec.keypoint_set)
     T = keypoints.shape[0]
-    mask_t = torch.as_tensor(mask, dtype=torch.bool)
-    uv = torch.as_tensor(np.nan_to_num(keypoints), dtype=torch.float32)
-    weight = torch.as_tensor(confidence, dtype=torch.float32) * mask_t
+    frames = np.arange(T) if trusted is None else np.flatnonzero(trusted)
+    if len(frames) < 3:
+        raise ValueError(f"{len(frames)} trusted frame(s), at least 3 needed to fit")
+    mask_t = torch.as_tensor(mask[frames], dtype=torch.bool)
+    uv = torch.as_tensor(np.nan_to_num(keypoints[frames]), dtype=torch.float32)
+    weight = torch.as_tensor(confidence[frames], dtype=torch.float32) * mask_t
     focal0 = cfg.focal or ci.default_focal(*image_size)
+    info: dict[str, Any] = {"focal_init": focal0, "fitted_frames": len(frames)}
+    prob, keep = _fit_stages(model, spec, uv, weight, mask_t, frames, fps, image_size, focal0,
+                             cfg, info, progress)  # fmt: skip
+    return _result(model, prob, keep, frames, T, fps, cfg, info, t0)
+
+
+def _fit_stages(model, spec, uv, weight, mask_t, frames, fps, size, focal0, cfg, info, progress):
+    """Both stages on the fitted frames; returns the stage-2 problem and its finalists' indices."""
+    t0 = time.perf_counter()
+    kset = load_keypoint_set(spec.keypoint_set)
+    T = uv.shape[0]
     headings = ci.heading_hypotheses(cfg.headings)
     S = min(T, cfg.hypothesis_frames)
     sub = np.unique(np.round(np.linspace(0, T - 1, S)).astype(int))
     total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
     total_iters += cfg.lm_iters * {"both": 2, "refine": 1}.get(cfg.limb_flips, 0)
     tick = (lambda: progress(1, total_iters)) if progress else None
-    v_all = _init_variables(model, spec, kset, uv, mask_t, fps, image_size, focal0, cfg, headings)
-    info: dict[str, Any] = {
-        "focal_init": focal0,
-        "headings_deg": [round(math.degrees(h) % 360, 1) for h in headings],
-    }
+    v_all = _init_variables(model, spec, kset, uv, mask_t, fps, size, focal0, cfg, headings)
+    info["headings_deg"] = [round(math.degrees(h) % 360, 1) for h in headings]
     # stage 1: every hypothesis on a subset of frames: poses, levelling, poses, joint polish
     sub_fps = fps * (len(sub) - 1) / max(T - 1, 1)
-    prob = _Problem(model, cfg, uv[sub], weight[sub], sub_fps, image_size, focal0)
+    prob = _Problem(model, cfg, uv[sub], weight[sub], sub_fps, size, focal0)
+    prob.pair_ok = _pairs_ok(frames, sub)
     prob.v = {
         n: (x[:, sub] if x.ndim >= 2 and x.shape[1] == T else x).clone() for n, x in v_all.items()
     }
@@ -477,7 +524,8 @@ def fit_clip(
             x = torch.stack([_interp(h, sub, T) for h in x])
         v_all[n] = x.clone()
     # stage 2: every frame: poses through the chosen camera, then everything jointly
-    prob = _Problem(model, cfg, uv, weight, fps, image_size, focal0)
+    prob = _Problem(model, cfg, uv, weight, fps, size, focal0)
+    prob.pair_ok = _pairs_ok(frames, np.arange(T))
     prob.v = v_all
     if len(sub) < T:
         prob.fit_poses(cfg.lm_iters, tick)
@@ -485,14 +533,25 @@ def fit_clip(
         info["flipped_frames"] = prob.flip_limbs_(tick)
     info["seconds_lm"] = time.perf_counter() - t0 - info["seconds_hypotheses"]
     prob.run(cfg.iters, 0, cfg.refine_focal, tick, lr=cfg.polish_lr)
+    return prob, keep
+
+
+def _result(model, prob, keep, frames, T, fps, cfg, info, t0) -> FitResult:
+    """The best finalist of ``prob`` (fitted at ``frames``) expanded to all ``T`` frames."""
     with torch.no_grad():
         total, terms = prob.loss()
         best = int(torch.argmin(total))  # among the finalists, on every frame
         info["finalist_headings_deg"] = [info["headings_deg"][int(i)] for i in keep]
         info["finalist_loss"] = [round(float(x), 4) for x in total]
         info["heading_deg"] = info["headings_deg"][int(keep[best])]
-        R, t, k = (x[best] for x in prob.cameras())
-        v = {n: x.detach()[best] for n, x in prob.v.items()}
+        S = len(frames)
+        v = {n: x.detach()[best : best + 1] for n, x in prob.v.items()}
+        for n, x in v.items():
+            if x.ndim >= 2 and x.shape[1] == S:
+                v[n] = expand_frames(x[0], frames, T, quat=n == "root_quat")[None]
+        prob.v = v
+        R, t, k = (x[0] for x in prob.cameras())
+        v = {n: x[0] for n, x in v.items()}
         q = rot.quat_normalize(_continuous(v["root_quat"]))
         kp, _ = model.forward(v["root_pos"], q, v["dof_pos"])
         lin, ang, dvel = rot.state_velocities(v["root_pos"], q, v["dof_pos"], fps)

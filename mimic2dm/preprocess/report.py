@@ -86,14 +86,50 @@ def _per_frame(x: np.ndarray, T: int) -> np.ndarray:
     return np.broadcast_to(x, (T, *x.shape[1:])) if x.shape[0] == 1 else x
 
 
-def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict[str, float]:
+def pixel_errors(
+    uv: np.ndarray, target: np.ndarray, mask: np.ndarray, image_height: int
+) -> dict[str, float]:
+    """Mean, median and max distance (px) between ``uv`` and ``target [..., K, 2]`` over the
+    keypoints where ``mask [..., K]``, raw and scaled to a 1080-px-high image (``*_1080``, the
+    scale of the project's 2D errors and thresholds); NaN where nothing is masked in."""
+    err = np.linalg.norm(uv - np.nan_to_num(target), axis=-1)[mask]
+    stats = {"mean": np.mean, "median": np.median, "max": np.max}
+    out = {}
+    for name, f in stats.items():
+        out[f"reprojection_{name}_px"] = float(f(err)) if err.size else float("nan")
+    for name in stats:
+        out[f"reprojection_{name}_px_1080"] = out[f"reprojection_{name}_px"] * 1080.0 / image_height
+    return out
+
+
+def camera_projection(m: Motion2D, view: int, points: np.ndarray) -> np.ndarray:
+    """``[T, K, 2]`` pixels of world ``points [T, K, 3]`` through view ``view``'s camera of ``m``."""
+    T = points.shape[0]
+    R, t, k = (_per_frame(x[view].astype(np.float64), T)
+               for x in (m.camera_R, m.camera_t, m.camera_intrinsics))  # fmt: skip
+    return _project(R, t, k, points.astype(np.float64))
+
+
+def accuracy(
+    clip: Motion2D,
+    est: Motion2D,
+    gt: Motion2D,
+    view: int = 0,
+    mask: np.ndarray | None = None,
+    frames: np.ndarray | None = None,
+) -> dict[str, float]:
     """Errors of the estimate ``est`` (a preprocessed clip: cameras + ``est_keypoints3d``)
     against ``gt`` (the unstripped clip: cameras + ``keypoints3d``), view ``view`` of ``gt``.
 
     Args:
-        clip: the input the optimiser saw (its 2D keypoints and mask).
+        clip: the input the optimiser saw (its 2D keypoints and mask), one view; its view
+            is ``est``'s first.
+        mask: ``[T, K]`` the keypoints the optimiser fitted (default: the clip's mask).
+        frames: ``[T]`` bool, the frames it fitted (default: all): every error is over these
+            (the others were filled in, not fitted); ``mpjpe_all_frames_mm`` covers all.
     """
     T = clip.num_frames
+    sel = np.ones(T, bool) if frames is None else np.asarray(frames, bool)
     kset = load_keypoint_set(clip.keypoint_set)
     e3, g3 = est.est_keypoints3d.astype(np.float64), gt.keypoints3d.astype(np.float64)
     Re, te, ke = (
@@ -104,11 +140,11 @@ def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict
         _per_frame(x[view].astype(np.float64), T)
         for x in (gt.camera_R, gt.camera_t, gt.camera_intrinsics)
     )
-    mask = clip.mask()[0]
+    mask = (clip.mask()[0] if mask is None else mask) & sel[:, None]
     uv = _project(Re, te, ke, e3)
     err = np.linalg.norm(uv - np.nan_to_num(clip.keypoints[0]), axis=-1)
     err_gt = np.linalg.norm(uv - _project(Rg, tg, kg, g3), axis=-1)
-    A, b = align_ground(e3, g3)
+    A, b = align_ground(e3[sel], g3[sel])
     # world points p_gt = A p_est + b, so the estimated camera in the GT frame is
     # R' = R_est A^T and centre c' = A c_est + b
     Ra = np.einsum("tij,kj->tik", Re, A)
@@ -119,15 +155,17 @@ def accuracy(clip: Motion2D, est: Motion2D, gt: Motion2D, view: int = 0) -> dict
     re_, rg = e3[:, root].mean(1) @ A.T + b, g3[:, root].mean(1)
     fps = float(clip.fps)
     ve, vg = (np.gradient(x[:, :2], axis=0) * fps for x in (re_, rg))
+    ec, gc = _to_camera(Re, te, e3), _to_camera(Rg, tg, g3)
     return {
         "frames": T,
         "reprojection_px": float(err[mask].mean()) if mask.any() else float("nan"),
-        "reprojection_gt_px": float(err_gt.mean()),
-        "mpjpe_mm": root_aligned_mpjpe(_to_camera(Re, te, e3), _to_camera(Rg, tg, g3), kset.root),
-        "pa_mpjpe_mm": pa_mpjpe(e3, g3),
-        "camera_rotation_deg": float(numpy_rotation_angle(Rg, Ra).mean()),
-        "camera_position_m": float(np.linalg.norm(ca - cg, axis=-1).mean()),
-        "focal_error_pct": float(100.0 * np.abs(ke[:, 0] / kg[:, 0] - 1.0).mean()),
-        "root_trajectory_mm": float(np.linalg.norm(re_ - rg, axis=-1).mean() * 1000.0),
-        "root_velocity_error_m_s": float(np.linalg.norm(ve - vg, axis=-1).mean()),
+        "reprojection_gt_px": float(err_gt[sel].mean()),
+        "mpjpe_mm": root_aligned_mpjpe(ec[sel], gc[sel], kset.root),
+        "mpjpe_all_frames_mm": root_aligned_mpjpe(ec, gc, kset.root),
+        "pa_mpjpe_mm": pa_mpjpe(e3[sel], g3[sel]),
+        "camera_rotation_deg": float(numpy_rotation_angle(Rg, Ra)[sel].mean()),
+        "camera_position_m": float(np.linalg.norm(ca - cg, axis=-1)[sel].mean()),
+        "focal_error_pct": float(100.0 * np.abs(ke[:, 0] / kg[:, 0] - 1.0)[sel].mean()),
+        "root_trajectory_mm": float(np.linalg.norm(re_ - rg, axis=-1)[sel].mean() * 1000.0),
+        "root_velocity_error_m_s": float(np.linalg.norm(ve - vg, axis=-1)[sel].mean()),
     }
