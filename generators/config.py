@@ -212,13 +212,19 @@ class ValidateCallback(Callback):
             raise ValueError(f"ValidateCallback app {app!r} is not one of {', '.join(APPS)}")
         self.app = app
 
-    def _check(self, config: DictConfig) -> None:
+    def _check(self, config: DictConfig, one_run: bool = True) -> None:
+        from mimic2dm.utils.rundir import preflight_run_dir
+
         with exit_on_config_error():
             validate(config, self.app)
             check_paths(config)
+            run_dir = config.get("resume") or config.get("run_dir")
+            if run_dir and one_run:  # a sweep's jobs are checked as they open their runs
+                preflight_run_dir(run_dir, "resume" if config.get("resume") else "run_dir",
+                                  bool(config.get("resume")), bool(config.get("overwrite")))  # fmt: skip
 
     def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
         self._check(config)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        self._check(config)
+        self._check(config, one_run=False)

@@ -10,9 +10,12 @@ steps straight and N/2 + resume + N/2 give identical weights.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import shutil
-from collections.abc import Callable
+import signal
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from mimic2dm.utils.checkpoint import CheckpointManager, rng_state, seed_everything, set_rng_state
 from mimic2dm.utils.run_logging import RunLogger, make_progress, save_resolved_config
+from mimic2dm.utils.rundir import (
+    NoRunError,
+    RunDirError,
+    RunLock,
+    check_writable,
+    claim_new_run,
+    clean_stale_temps,
+    os_error_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +72,14 @@ class Run:
     gen: torch.Generator
     kind: str
     cfg: DictConfig
+    lock: RunLock | None = None
+    stop_signal: int = 0  # SIGINT / SIGTERM received: stop at the next step with a checkpoint
+
+    def close(self) -> None:
+        """Close the loggers and release the run directory."""
+        self.logger.close()
+        if self.lock is not None:
+            self.lock.release()
 
 
 def resolve_checkpoint(path: str | Path, name: str = "last.pt") -> Path:
@@ -75,34 +95,56 @@ def resolve_checkpoint(path: str | Path, name: str = "last.pt") -> Path:
 
 
 def open_run(cfg: DictConfig, kind: str) -> Run:
-    """Create or resume the run of ``cfg`` (``run_dir`` / ``resume``), seed, save the config."""
+    """Create or resume the run of ``cfg`` (``run_dir`` / ``resume``), seed, save the config.
+
+    The run directory is locked for this process (:class:`RunLock`); a new run refuses a
+    directory holding a run unless ``overwrite=true``; stale temp files of a killed
+    checkpoint write are removed.
+
+    Raises:
+        RunDirError: the directory is in use, unwritable, holds another run, or the run to
+            resume has no checkpoint or one of another app (one line).
+    """
     if cfg.get("threads"):
         torch.set_num_threads(int(cfg.threads))
     run_dir = Path(cfg.resume or cfg.run_dir)
+    if (
+        cfg.resume and not (run_dir / "checkpoints" / "last.pt").is_file()
+    ):  # before creating anything
+        gone = "" if run_dir.is_dir() else " (no such directory)"
+        raise NoRunError(f"resume={cfg.resume}: no checkpoints/last.pt in that run directory{gone}")
+    check_writable(run_dir, "resume" if cfg.resume else "run_dir", is_dir=True)
+    lock = RunLock(run_dir).acquire()
+    atexit.register(lock.release)  # a run that fails still frees its directory
+    if not cfg.resume:
+        claim_new_run(run_dir, bool(cfg.get("overwrite")))
+    clean_stale_temps(run_dir / "checkpoints")
     ckpt = CheckpointManager(
         run_dir, keep=int(cfg.get("keep_checkpoints", 3)), higher_is_better=False
     )
-    state = None
-    if cfg.resume:
-        state = ckpt.load_last()
-        if state is None:
-            raise FileNotFoundError(
-                f"resume={cfg.resume}: no checkpoints/last.pt in that run directory"
-            )
-        if state.get("kind") != kind:
-            raise ValueError(
-                f"resume={cfg.resume}: checkpoint kind {state.get('kind')!r}, expected {kind!r}"
-            )
-        old = run_dir / "config.yaml"
-        if old.is_file():
-            shutil.copy(old, run_dir / f"config.before_step{state['step']}.yaml")
+    state = _resume_state(cfg, ckpt, kind, lock) if cfg.resume else None
+    if state is not None and (run_dir / "config.yaml").is_file():
+        shutil.copy(run_dir / "config.yaml", run_dir / f"config.before_step{state['step']}.yaml")
     save_resolved_config(cfg, run_dir)
     lg = cfg.logger
     logger = RunLogger(run_dir, OmegaConf.to_container(cfg, resolve=True), project=lg.project,
                        use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{kind.split('.')[-1]}-{run_dir.name}")  # fmt: skip
     seed_everything(int(cfg.seed))
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    return Run(run_dir, logger, ckpt, state, gen, kind, cfg)
+    return Run(run_dir, logger, ckpt, state, gen, kind, cfg, lock)
+
+
+def _resume_state(cfg: DictConfig, ckpt: CheckpointManager, kind: str, lock: RunLock) -> dict:
+    state = ckpt.load_last()
+    problem = None
+    if state is None:
+        problem = "no checkpoints/last.pt in that run directory"
+    elif state.get("kind") != kind:
+        problem = f"checkpoint kind {state.get('kind')!r}, expected {kind!r} (a run of another app)"
+    if problem:
+        lock.release()
+        raise RunDirError(f"resume={cfg.resume}: {problem}")
+    return state
 
 
 def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -118,10 +160,48 @@ def restore(run: Run, model: torch.nn.Module, optimizer: torch.optim.Optimizer) 
 
 def save(run: Run, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, extra: dict,
          metric: float | None = None) -> Path:  # fmt: skip
-    """Atomic checkpoint of everything a resume needs, plus ``extra`` (configs, stats, data info)."""
+    """Atomic checkpoint of everything a resume needs, plus ``extra`` (configs, stats, data info).
+
+    Raises:
+        RunDirError: the write failed (full disk...): the path, the errno text and the last
+            whole checkpoint to resume from.
+    """
+    from mimic2dm.utils.checkpoint import CheckpointWriteError
+
     state = {"kind": run.kind, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "sampler_rng": run.gen.get_state(), "rng": rng_state(), **extra}  # fmt: skip
-    return run.ckpt.save(state, step, metric)
+    try:
+        return run.ckpt.save(state, step, metric)
+    except CheckpointWriteError as e:
+        last = run.ckpt.last
+        point = (f"the last whole checkpoint is {last}: continue with resume={run.dir}" if last.is_file()
+                 else "no whole checkpoint was written: this run cannot be resumed")  # fmt: skip
+        raise RunDirError(f"{os_error_line(e)}; {point}") from None
+
+
+@contextlib.contextmanager
+def stop_on_signals(run: Run) -> Iterator[None]:
+    """SIGINT / SIGTERM during the loop: finish the step, checkpoint and stop (a second one
+    stops at once). Only the main thread can install handlers."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_signal(signum, frame) -> None:
+        if run.stop_signal:
+            raise KeyboardInterrupt
+        run.stop_signal = int(signum)
+        log.warning("%s: stopping after this step, with a checkpoint", signal.Signals(signum).name)
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, on_signal) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _optimizer_step(model, optimizer, loss_fn, lr: float, grad_clip) -> dict:
@@ -183,9 +263,9 @@ def train_loop(
     eval_every, ckpt_every = train.eval_every, train.ckpt_every
     saved = step
     model.train()
-    with make_progress() as progress:
+    with make_progress() as progress, stop_on_signals(run):
         task = progress.add_task(prefix, total=max_steps, completed=step, info="")
-        while step < max_steps:
+        while step < max_steps and not run.stop_signal:
             lr = optim.lr_at(step, max_steps)
             out = _optimizer_step(model, optimizer, loss_fn, lr, optim.grad_clip)
             step += 1
@@ -204,6 +284,11 @@ def train_loop(
             progress.update(task, completed=step, info=f"loss {float(out['loss'].detach()):.4f}")
     if saved != step:
         save_fn(step, None)
+    if run.stop_signal:
+        name = signal.Signals(run.stop_signal).name
+        run.close()
+        log.warning("stopped by %s at step %d; checkpoint %s; continue with resume=%s", name, step, run.ckpt.last, run.dir)  # fmt: skip
+        raise SystemExit(128 + run.stop_signal)  # what a shell reports for a job stopped by it
     return step
 
 
@@ -231,7 +316,7 @@ def finish(run: Run, metrics: dict, log_prefix: str | None = None) -> dict:
         floats = {f"{log_prefix}/{k}": v for k, v in metrics.items() if isinstance(v, float)}
         run.logger.log(floats, int(metrics["step"]))
     run.logger.log_json("metrics", metrics)
-    run.logger.close()
+    run.close()
     return metrics
 
 

@@ -78,10 +78,10 @@ SHAPE_KEYS = (
 layers, one state per env, ASI buffers per clip frame, the episodes' views)."""
 
 
-def _resume_error(run_dir, what: str) -> RunDirError:
-    from mimic2dm.utils.rundir import RunDirError
+def _resume_error(run_dir, what: str, missing: bool = False) -> RunDirError:
+    from mimic2dm.utils.rundir import NoRunError
 
-    return RunDirError(f"resume={run_dir}: {what}")
+    return (NoRunError if missing else RunDirError)(f"resume={run_dir}: {what}")
 
 
 def effective_config(cfg: DictConfig, resume_overrides: Sequence[str] = ()) -> DictConfig:
@@ -99,12 +99,12 @@ def effective_config(cfg: DictConfig, resume_overrides: Sequence[str] = ()) -> D
     run_dir = Path(str(cfg.resume))
     saved_path = run_dir / "config.yaml"
     if not run_dir.is_dir():
-        raise _resume_error(run_dir, "no such run directory")
+        raise _resume_error(run_dir, "no such run directory", missing=True)
     if not saved_path.is_file():
-        raise _resume_error(run_dir, "no config.yaml there (not a tracker run directory)")
+        raise _resume_error(run_dir, "no config.yaml there (not a tracker run directory)", True)
     if not (run_dir / "checkpoints" / "last.pt").is_file():
         raise _resume_error(
-            run_dir, "no checkpoints/last.pt to continue from (the run saved no checkpoint)"
+            run_dir, "no checkpoints/last.pt to continue from (the run saved no checkpoint)", True
         )
     saved = OmegaConf.load(saved_path)
     for o in resume_overrides:
@@ -171,7 +171,7 @@ def _resume_checkpoint(cfg: DictConfig) -> Path | None:
         return None
     path = Path(str(cfg.resume)) / "checkpoints" / "last.pt"
     if not path.is_file():
-        raise _resume_error(cfg.resume, "no checkpoints/last.pt to continue from")
+        raise _resume_error(cfg.resume, "no checkpoints/last.pt to continue from", True)
     return path
 
 
@@ -513,7 +513,7 @@ def _preflight(argv: Sequence[str]) -> None:
     Raises:
         RunDirError, OSError: as :func:`train` would raise them later.
     """
-    from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run
+    from mimic2dm.utils.rundir import preflight_run_dir
 
     if any(
         a in ("-m", "--multirun", "-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info")
@@ -526,18 +526,12 @@ def _preflight(argv: Sequence[str]) -> None:
             a for a in argv if "=" in a and not a.startswith(("-", "hydra.", "hydra/", "resume="))
         ]
         effective_config(OmegaConf.create({"resume": kv["resume"]}), overrides)
-        busy = RunLock(kv["resume"]).busy_message()
-        if busy:
-            raise RunDirError(busy)
+        preflight_run_dir(kv["resume"], "resume", resume=True, overwrite=False)
         return
+    overwrite = kv.get("overwrite", "false").lower() == "true"
     for key in ("hydra.run.dir", "run_dir"):
         if kv.get(key) not in (None, "", "null"):
-            check_writable(kv[key], key, is_dir=True)
-            busy = RunLock(kv[key]).busy_message()
-            if busy:
-                raise RunDirError(busy)
-            if kv.get("overwrite", "false").lower() != "true":
-                claim_new_run(kv[key], overwrite=False)
+            preflight_run_dir(kv[key], key, resume=False, overwrite=overwrite)
 
 
 def objective_value(summary: dict, key: str) -> float | None:

@@ -39,6 +39,10 @@ class RunDirError(ValueError):
     """A run directory or output path that cannot be used; the message is one line."""
 
 
+class NoRunError(RunDirError, FileNotFoundError):
+    """The run to resume is missing, or holds no checkpoint (also a ``FileNotFoundError``)."""
+
+
 def os_error_line(e: OSError, what: str = "cannot write") -> str:
     """``cannot write PATH: [Errno 28] No space left on device`` for an ``OSError``."""
     path = e.filename if e.filename is not None else "?"
@@ -119,11 +123,15 @@ class RunLock:
     def busy_message(self) -> str | None:
         """Why this directory cannot be written now (a live owner), else None."""
         owner = self.owner()
-        if owner is None or self._stale(owner):
+        if owner is None or self._stale(owner) or self._mine(owner):
             return None
         return (f"{self.path.parent} is in use by pid {owner.get('pid', '?')} on host "
                 f"{owner.get('host', '?')} (since {owner.get('started', '?')}; lock file {self.path}); "
                 "stop that run first, or use another run directory")  # fmt: skip
+
+    @staticmethod
+    def _mine(owner: dict) -> bool:
+        return owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
 
     @staticmethod
     def _stale(owner: dict) -> bool:
@@ -146,7 +154,7 @@ class RunLock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
             except FileExistsError:
                 owner = self.owner()
-                if owner is not None and owner.get("pid") == os.getpid():
+                if owner is not None and self._mine(owner):
                     self.held = True  # this process already holds it (a nested caller)
                     return self
                 busy = self.busy_message()
@@ -225,3 +233,20 @@ def clean_stale_temps(directory: str | Path) -> list[Path]:
         log.warning("removed %d stale temporary file(s) of an interrupted checkpoint write in %s: %s",
                     len(stale), d, ", ".join(p.name for p in stale))  # fmt: skip
     return stale
+
+
+def preflight_run_dir(run_dir: str | Path, option: str, resume: bool, overwrite: bool) -> None:
+    """The checks of a run directory that need nothing but its path, for apps to run before
+    their framework creates it: writable, not in use, and (for a new run) not holding a run
+    unless ``overwrite``.
+
+    Raises:
+        RunDirError: one line naming the directory and the problem.
+    """
+    if not resume:
+        check_writable(run_dir, option, is_dir=True)
+    busy = RunLock(run_dir).busy_message()
+    if busy:
+        raise RunDirError(busy)
+    if not resume and not overwrite:
+        claim_new_run(run_dir, overwrite=False)

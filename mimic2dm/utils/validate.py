@@ -153,13 +153,17 @@ def full_errors() -> bool:
 
 @contextmanager
 def exit_on_config_error(exit_code: int = 1) -> Iterator[None]:
-    """Turn a :class:`ConfigError` into ``error: <message>`` on stderr and ``SystemExit(exit_code)``.
+    """Turn a :class:`ConfigError` (or a run directory that cannot be used,
+    :class:`mimic2dm.utils.rundir.RunDirError`) into ``error: <message>`` on stderr and
+    ``SystemExit(exit_code)``.
 
     With ``HYDRA_FULL_ERROR=1`` the error propagates with its traceback instead.
     """
+    from mimic2dm.utils.rundir import RunDirError
+
     try:
         yield
-    except ConfigError as e:
+    except (ConfigError, RunDirError) as e:
         if full_errors():
             raise
         print(f"error: {e}", file=sys.stderr, flush=True)
