@@ -112,6 +112,8 @@ def test_aist_bad_input(tmp_path: Path):
     out = tmp_path / "out.npz"
     res = invoke("import-aist", AIST_FIXTURE, "--fps", "30", "--out", out)
     assert_refused(res, out, str(AIST_FIXTURE), "timestamps", "60 fps", "--fps")
+    res = invoke("import-aist", AIST_FIXTURE, "--fps", "0", "--out", out)
+    assert_refused(res, out, str(AIST_FIXTURE), "field 'fps'", "--fps")
     nan = _write_pkl(tmp_path / "nan.pkl", data | {"keypoints2d": np.full((1, 120, 17, 3), np.nan)})  # fmt: skip
     assert_refused(
         invoke("import-aist", nan, "--out", out), out, str(nan), "keypoints2d", "non-NaN"

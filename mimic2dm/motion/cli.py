@@ -377,6 +377,25 @@ def import_json(
     )
 
 
+def _check_aist_options(anno_dir, seq, split, view, one_random_view) -> None:
+    """Usage errors of ``import-aist`` (exit 2)."""
+    from mimic2dm.motion.aist import SPLITS
+
+    single = anno_dir.is_file()
+    if split is None and seq is None and not single:
+        raise typer.BadParameter(
+            "give --seq or --split (one of them), or a keypoint file", param_hint="--seq/--split"
+        )
+    if split is not None and (seq is not None or single):
+        raise typer.BadParameter("give --seq or --split, not both", param_hint="--seq/--split")
+    if split is not None and split not in SPLITS:
+        raise typer.BadParameter(
+            f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split"
+        )
+    if one_random_view and view:
+        raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
+
+
 @app.command("import-aist")
 def import_aist(
     anno_dir: Annotated[
@@ -423,24 +442,10 @@ def import_aist(
     truth for evaluation. Without ``cameras/mapping.txt`` or the setting's camera file the
     views stay uncalibrated (named c01, c02... in file order) for ``mimic2dm preprocess``.
     """
-    from mimic2dm.motion.aist import SPLITS, import_sequence, import_split
+    from mimic2dm.motion.aist import import_sequence, import_split
     from mimic2dm.motion.import_cli import parse_size
 
-    single = anno_dir.is_file()
-    if split is None and seq is None and not single:
-        raise typer.BadParameter(
-            "give --seq or --split (one of them), or a keypoint file", param_hint="--seq/--split"
-        )
-    if split is not None and (seq is not None or single):
-        raise typer.BadParameter("give --seq or --split, not both", param_hint="--seq/--split")
-    if split is not None and split not in SPLITS:
-        raise typer.BadParameter(
-            f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split"
-        )
-    if one_random_view and view:
-        raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
-    if fps is not None and not fps > 0:
-        raise typer.BadParameter(f"{fps:g}: must be > 0", param_hint="--fps")
+    _check_aist_options(anno_dir, seq, split, view, one_random_view)
     draw = seed if one_random_view else None
     opts = {"fps": fps, "image_size": parse_size(image_size)}
     if split is None:

@@ -512,6 +512,15 @@ def _aist_select(
     return keep
 
 
+def _aist_camera_fields(cams: list[AistCamera], keep: list[int]) -> dict[str, np.ndarray]:
+    """Static ``camera_R``, ``camera_t``, ``camera_intrinsics`` (``F = 1``) of the kept views."""
+    return {
+        "camera_R": np.stack([cams[i].R for i in keep])[:, None].astype(np.float32),
+        "camera_t": np.stack([cams[i].t for i in keep])[:, None].astype(np.float32),
+        "camera_intrinsics": np.stack([cams[i].intrinsics for i in keep])[:, None].astype(np.float32),
+    }  # fmt: skip
+
+
 def _aist_paths(anno: Path, seq_name: str | None) -> tuple[Path, Path, str]:
     """``(keypoints file, tree root, sequence name)`` of an annotation tree, a folder of
     keypoint files or one keypoint file (whose tree root is above ``keypoints2d/``)."""
@@ -583,13 +592,7 @@ def load_aist(
     kp = np.where(finite[..., None], k2[..., :2], np.nan)
     A = Y_UP_TO_Z_UP if z_up else np.eye(3)
     info = {"source": str(kp_path), "source_format": "aist++", "random_weights": False}
-    cam_fields = {}
-    if cams is not None:
-        cam_fields = {
-            "camera_R": np.stack([cams[i].R for i in keep])[:, None].astype(np.float32),
-            "camera_t": np.stack([cams[i].t for i in keep])[:, None].astype(np.float32),
-            "camera_intrinsics": np.stack([cams[i].intrinsics for i in keep])[:, None].astype(np.float32),
-        }  # fmt: skip
+    cam_fields = {} if cams is None else _aist_camera_fields(cams, keep)
     m = Motion2D(
         keypoints=kp.astype(np.float32),
         confidence=conf.astype(np.float32),
