@@ -37,6 +37,7 @@ from mimic2dm.motion.format import (
     save_motion2d,
     save_motion3d,
 )
+from mimic2dm.motion.quality import file_problems
 
 app = typer.Typer(help="Make, import and check 2D/3D motion files.", no_args_is_help=True)
 
@@ -303,7 +304,9 @@ def check(
     """Validate motion files and print a summary; exit code 1 if any file is invalid.
 
     A clip must also be trackable: long enough at the control rate (the error gives the
-    minimum) and with some observed keypoint in every view.
+    minimum) and with some observed keypoint in every view. A valid clip with keypoints far
+    outside the image, frames too poor to fit or long missing stretches gets a warning line
+    per problem (``mimic2dm.motion.quality``; the exit code stays 0).
     """
     table = Table(title="motion files")
     for col in (
@@ -322,15 +325,20 @@ def check(
     ):
         table.add_column(col, overflow="fold")
     failures: list[str] = []
+    # valid files with keypoints or frames a fit cannot trust (motion/quality.py)
+    flags: list[str] = []
     for path in files:
         try:
             table.add_row(*_row(path, threshold, control_hz))
+            flags += file_problems(path, threshold)
         except MotionFormatError as e:
             failures.append(str(e))
     if table.row_count:
         _console().print(table)
     for msg in failures:
         _error(msg)
+    for msg in flags:
+        _console(stderr=True).print(f"warning: {msg}", markup=False, soft_wrap=True)
     ok = len(files) - len(failures)
     _console().print(f"{ok}/{len(files)} file(s) valid", markup=False)
     if failures:
