@@ -182,6 +182,29 @@ def test_deepmimic_shared_humanoid_and_dog_clips(tmp_path: Path):
     assert res.exit_code == 0, res.output
 
 
+@needs_deepmimic
+def test_deepmimic_dog_matches_mujoco_fk(tmp_path: Path):
+    from mimic2dm.motion.deepmimic import DOG3D_TO_MOCAP
+
+    character, clip = DEEPMIMIC / "characters" / "dog3d.txt", DEEPMIMIC / "dog" / "dog3d_pace.txt"
+    out = tmp_path / "pace.npz"
+    assert invoke("import-deepmimic", clip, "--out", out).exit_code == 0
+    with np.load(out) as z:
+        pos = z["positions"]
+    model = mujoco.MjModel.from_xml_string(_character_mjcf(character))
+    data = mujoco.MjData(model)
+    joints = json.loads(character.read_text())["Skeleton"]["Joints"]
+    frames = json.loads(clip.read_text())["Frames"]
+    for t in (0, 13, 30):
+        ref = _mujoco_positions(frames[t], model, data, joints)
+        for k, (name, (joint, point)) in enumerate(DOG3D_TO_MOCAP.items()):
+            if any(point):  # the snout and tail tips are points off the joints
+                continue
+            np.testing.assert_allclose(
+                pos[t, k], Y_UP_TO_Z_UP @ ref[joint], atol=1e-5, err_msg=name
+            )
+
+
 # ----------------------------------------------------------------------------- BVH
 CMU_TREE = [  # (name, parent, offset in cm, y-up; the CMU / cgspeed names, a T-pose)
     ("Hips", None, (0, 0, 0)),

@@ -107,6 +107,29 @@ def test_aist_keypoints_only_folder_views_and_random_view(tmp_path: Path):
     assert res.exit_code == 0 and load_motion2d(out).image_size == (1280, 720)
 
 
+def test_aist_split_of_an_uncalibrated_tree(tmp_path: Path):
+    """A tree with keypoints2d/ and splits/ but no camera file: every clip uncalibrated."""
+    root = tmp_path / "aist_plusplus_final"
+    (root / "keypoints2d").mkdir(parents=True)
+    (root / "splits").mkdir()
+    (root / "cameras").mkdir()
+    (root / "cameras" / "mapping.txt").write_text(
+        "seqA setting1\nseqB setting1\n"
+    )  # no setting1.json
+    data = _aist_data()
+    two = np.concatenate([data["keypoints2d"]] * 2)
+    for name in ("seqA", "seqB"):
+        _write_pkl(root / "keypoints2d" / f"{name}.pkl", data | {"keypoints2d": two})
+    (root / "splits" / "crossmodal_val.txt").write_text("seqA\nseqB\n")
+    (root / "ignore_list.txt").write_text("seqB\n")
+    out = tmp_path / "val"
+    res = invoke("import-aist", root, "--split", "val", "--one-random-view", "--out", out)
+    assert res.exit_code == 0, res.output
+    assert sorted(p.name for p in out.glob("*.npz")) == ["seqA.npz"]
+    m = load_motion2d(out / "seqA.npz")
+    assert m.num_views == 1 and not m.has_cameras and m.meta["split"] == "val"
+
+
 def test_aist_bad_input(tmp_path: Path):
     data = _aist_data()
     out = tmp_path / "out.npz"
