@@ -144,6 +144,11 @@ def test_deepmimic_bad_input(tmp_path: Path):
         "empty": ([], "Frames", "missing or empty"),
         "zero_duration": ([[0.0] + frames[0][1:]] + frames[1:], "Frames[0][0]", "> 0"),
         "nan": ([frames[0], frames[1][:5] + [float("nan")] + frames[1][6:]], "Frames[1]", "finite"),
+        "zero_quat": (
+            [frames[0], frames[1][:8] + [0.0] * 4 + frames[1][12:]],
+            "Frames[1]",
+            "'chest'",
+        ),
     }
     for name, (rows, field, expected) in cases.items():
         src = _write_motion(tmp_path / f"{name}.txt", rows)

@@ -207,8 +207,8 @@ def local_rotations(char: DeepMimicCharacter, frames: np.ndarray) -> tuple[np.nd
             half = 0.5 * frames[:, col]
             quat[:, j, 2], quat[:, j, 3] = np.sin(half), np.cos(half)
         col += JOINT_DOFS[kind]
-    quat /= np.linalg.norm(quat, axis=-1, keepdims=True)
-    return frames[:, 1:4].copy(), quat
+    norm = np.linalg.norm(quat, axis=-1, keepdims=True)
+    return frames[:, 1:4].copy(), quat / np.maximum(norm, 1e-12)
 
 
 def resample(times: np.ndarray, pos: np.ndarray, quat: np.ndarray, fps: float):
@@ -338,6 +338,10 @@ def import_deepmimic(
     frames, loop = load_frames(path, char)
     rate, uniform = frame_rate(path, frames[:, 0], fps)
     root, quat = local_rotations(char, frames)
+    norm = np.linalg.norm(quat, axis=-1)
+    if (np.abs(norm - 1.0) > 1e-3).any():  # a zero quaternion has no rotation to normalise to
+        t, j = (int(v) for v in np.argwhere(np.abs(norm - 1.0) > 1e-3)[0])
+        _fail(path, f"Frames[{t}]", f"has a zero quaternion for joint {char.names[j]!r}", "unit (or at least non-zero) quaternions wxyz")  # fmt: skip
     if not uniform and len(frames) > 1:
         times = np.concatenate([[0.0], np.cumsum(frames[:-1, 0])])
         root, quat = resample(times, root, quat, rate)
