@@ -10,6 +10,7 @@ from mimic2dm.control.cli import bench_control_cmd, control_cmd, control_table_c
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.sample import sample_cmd
+from mimic2dm.imitate import imitate_cmd
 from mimic2dm.jobs import jobs_app, submit_cmd
 from mimic2dm.learn_bench import bench_learn_command
 from mimic2dm.motion.cli import app as data_app
@@ -44,6 +45,7 @@ bench_app.command("train")(bench_train_command)
 bench_app.command("learn")(bench_learn_command)
 app.command("sample")(sample_cmd)
 app.command("control")(control_cmd)
+app.command("imitate")(imitate_cmd)
 app.command("control-table")(control_table_cmd)
 bench_app.command("control")(bench_control_cmd)
 app.command("rollouts")(rollouts_cmd)
@@ -111,12 +113,17 @@ def eval_cmd(
     ),
 ) -> None:
     """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
-    from mimic2dm.eval import evaluate, parse_views
+    from mimic2dm.eval import check_outputs, evaluate, parse_views
 
     try:
         parse_views(views)  # before anything is loaded
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--views") from None
+    try:
+        check_outputs(json_out, picture, video)  # before any work, naming the option
+    except ValueError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
     if video:
         from mimic2dm.render import gl_backend, no_gl_message
 

@@ -26,8 +26,10 @@ def evaluate(checkpoint, data: list[str | Path], views: int | str | list[int] = 
             (:func:`mimic2dm.render.gl_backend`; callers that need it check that first).
 
     Raises:
-        ValueError: the policy's task has no evaluation.
+        ValueError: the policy's task has no evaluation, or an output path is unusable
+            (:func:`check_outputs`, checked first).
     """
+    check_outputs(None if str(json_out) == "-" else json_out, picture_out, video_out)
     if hasattr(checkpoint, "act"):
         policy, name = checkpoint, type(checkpoint).__name__
     else:
@@ -52,6 +54,39 @@ def evaluate(checkpoint, data: list[str | Path], views: int | str | list[int] = 
 
     write_json_report(report, json_out or None)
     return report
+
+
+VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi", ".webm")
+"""Containers ffmpeg (imageio) writes the rollout video in."""
+
+
+def check_outputs(json_out=None, picture_out=None, video_out=None) -> None:
+    """Refuse ``--json`` / ``--picture`` / ``--video`` paths that could not be written, before
+    any work: a wrong extension (``--picture out.jpgx``, ``--picture -``: no format from the
+    name), or a place that cannot be written (naming the option, path and errno).
+
+    Raises:
+        ConfigError: a wrong extension, naming the option and what it expects.
+        RunDirError: an unwritable place (``--json /file/x.json: [Errno 20] Not a directory``).
+    """
+    from PIL import Image
+
+    from mimic2dm.utils.rundir import check_writable
+    from mimic2dm.utils.validate import ConfigError
+
+    Image.init()
+    pictures = sorted(e for e, f in Image.registered_extensions().items() if f in Image.SAVE)
+    rules = [
+        ("--json", json_out, (".json",), "a .json file name, or - for stdout"),
+        ("--picture", picture_out, tuple(pictures), "a picture file name ending in .png or .jpg (an image format Pillow writes)"),
+        ("--video", video_out, VIDEO_EXTENSIONS, f"a video file name ending in {', '.join(VIDEO_EXTENSIONS)}"),
+    ]  # fmt: skip
+    for option, value, extensions, expected in rules:
+        if value is None or (option == "--json" and str(value) == "-"):
+            continue
+        if Path(str(value)).suffix.lower() not in extensions:
+            raise ConfigError(option, str(value), expected)
+        check_writable(value, option)
 
 
 def parse_views(views) -> list[int]:

@@ -253,12 +253,15 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
         measured error and ``check.passed`` whether it is within ``tolerance``.
 
     Raises:
-        ValueError: unknown format, not a tracker checkpoint, or missing clip files.
+        ValueError: unknown format, not a tracker checkpoint, missing clip files, or an
+            ``out_dir`` that cannot be written (``RunDirError``: option, path and errno).
     """
     from mimic2dm.tasks.registry import make_task
+    from mimic2dm.utils.rundir import check_writable
 
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: expected one of {', '.join(FORMATS)}")
+    check_writable(out_dir, "--out", is_dir=True)  # before the checkpoint is loaded
     policy = load_policy(checkpoint)
     spec = policy.env_spec
     if data:
