@@ -45,7 +45,7 @@ def run_demo(
     from mimic2dm.eval import evaluate
     from mimic2dm.render import gl_backend, no_gl_message
     from mimic2dm.rl.policy import load_policy, untrained_policy
-    from mimic2dm.train import train
+    from mimic2dm.train import one_line_errors, summary_signal, train
     from mimic2dm.utils.reporting import library_output_to_log
 
     console = Console()
@@ -62,7 +62,13 @@ def run_demo(
     console.print(
         f"[bold]training[/] the 2D tracker on the demo clip for {minutes:g} min -> {out / 'train'}"
     )
-    summary = train(cfg)
+    with one_line_errors():  # a busy or unwritable run dir: one line, exit 1
+        summary = train(cfg)
+    if summary[
+        "interrupted"
+    ]:  # SIGINT / SIGTERM: training saved its checkpoint; nothing to evaluate
+        console.print(f"stopped by {summary['signal']}: the demo ends without its evaluation")
+        raise SystemExit(128 + summary_signal(summary))
     ckpt_dir = out / "train" / "checkpoints"
     ckpt = ckpt_dir / "last.pt"  # the weights training ended with, not the best running return
     clip = out / "train" / "data" / "demo_clip.npz"

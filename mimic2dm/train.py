@@ -471,7 +471,7 @@ def _app(cfg: DictConfig) -> float | None:
     if not cfg.get("run_dir"):
         cfg.run_dir = hc.runtime.output_dir
     new_dirs = _new_dirs(hc, cfg)
-    with _one_line_errors(new_dirs):
+    with one_line_errors(new_dirs):
         summary = train(cfg, resume_overrides=overrides)
     if summary["interrupted"]:
         # 128 + the signal: what a shell reports for a job stopped by it (130 Ctrl-C, 143 SIGTERM)
@@ -485,7 +485,7 @@ def summary_signal(summary: dict) -> int:
 
 
 @contextlib.contextmanager
-def _one_line_errors(new_dirs: Sequence[Path] = ()) -> Iterator[None]:
+def one_line_errors(new_dirs: Sequence[Path] = ()) -> Iterator[None]:
     """A bad config, clip or run directory, or an output that cannot be written: ``error:
     <one line>`` on stderr and exit 1, the run dirs this invocation created removed
     (``HYDRA_FULL_ERROR=1``: the traceback instead)."""
@@ -550,7 +550,7 @@ def main() -> None:
     # SIGTERM before (or after) the epoch loop ends the run at once, releasing its lock
     signal.signal(signal.SIGTERM, _raise_stopped)
     try:
-        with _one_line_errors():
+        with one_line_errors():
             _preflight(sys.argv[1:])
         _app()
     except KeyboardInterrupt as e:

@@ -223,7 +223,7 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_resume_point(
 ):
     import torch
 
-    from mimic2dm.train import _one_line_errors
+    from mimic2dm.train import one_line_errors
 
     real = torch.save
 
@@ -234,7 +234,7 @@ def test_a_full_disk_is_one_line_naming_the_path_and_the_resume_point(
 
     monkeypatch.setattr("mimic2dm.utils.checkpoint.torch.save", save)
     run = tmp_path / "run"
-    with pytest.raises(SystemExit) as e, _one_line_errors():
+    with pytest.raises(SystemExit) as e, one_line_errors():
         train(
             tiny_config(
                 run, clip, "train.max_epochs=4", "train.checkpoint.save_frequency=1", *QUIET
