@@ -14,6 +14,7 @@ are saved as a PNG (drawn with PIL) and everything as JSON.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -110,6 +111,12 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
                       "max_error_2d_px": rep["max_error_2d_px"]})  # fmt: skip
 
     summary = train(cfg, epoch_callback=on_epoch)
+    if summary["interrupted"]:  # SIGINT / SIGTERM: the run saved its checkpoint; the bench ends
+        from mimic2dm.train import summary_signal
+
+        print(f"stopped by {summary['signal']}: continue the run with resume={run_dir}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        raise SystemExit(128 + summary_signal(summary))
     last = summary["last_checkpoint"]
     if last is None:
         raise RuntimeError(f"{run_dir}: training wrote no last.pt")
@@ -288,7 +295,16 @@ def bench_learn_command(
         if json_out and not json_to_stdout(json_out):
             write_json_report(result, json_out)
 
-    with library_output_to_log("bench"):
+    from mimic2dm.train import one_line_errors
+    from mimic2dm.utils.rundir import check_writable
+
+    if json_out and not json_to_stdout(json_out):
+        with one_line_errors():
+            check_writable(json_out, "--json")  # before hours of training
+    with (
+        library_output_to_log("bench"),
+        one_line_errors(),
+    ):  # a used or unwritable run dir: one line
         try:
             result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override,
                                  first_seed=first_seed, on_run=save_so_far)  # fmt: skip
