@@ -34,11 +34,13 @@ from mimic2dm.geometry.virtual import CAMERA_MODES, VirtualCameraConfig
 from mimic2dm.motion.canonical import CanonicalMotion, from_canonical, to_canonical
 from mimic2dm.motion.format import Motion2D, MotionFormatError, load_motion2d, save_motion2d
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
+from mimic2dm.utils.paths import mocap_dir as shared_mocap_dir
 
 REFERENCE_HEIGHT = 1080
 """Pixel errors are reported at 1080p (DESIGN 1)."""
 
-DEFAULT_MOCAP_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+DEFAULT_MOCAP_DIR = shared_mocap_dir()
+"""The shared mocap clips when this module was imported; builds ask again (``MIMIC2DM_SHARED``)."""
 DEFAULT_CLIPS = ("cmu_walk", "cmu_run", "cmu_hop")
 MANIFEST = "manifest.json"
 
@@ -487,7 +489,8 @@ def build_view_dataset(
     Args:
         out_dir: output folder (created).
         spec: what to build.
-        mocap_dir: folder of the clips (default: ``../shared/data/mocap`` next to the repo).
+        mocap_dir: folder of the clips (default: :func:`mimic2dm.utils.paths.mocap_dir`,
+            ``$MIMIC2DM_SHARED/data/mocap`` or ``../shared/data/mocap`` next to the repo).
 
     Returns:
         The written file paths.
@@ -506,7 +509,7 @@ def build_view_dataset(
             "build_view_dataset: need pairs >= 1, fps > 0 and min_seconds >= 0, got "
             f"pairs={spec.pairs}, fps={spec.fps}, min_seconds={spec.min_seconds}"
         )
-    src = Path(mocap_dir) if mocap_dir else DEFAULT_MOCAP_DIR
+    src = Path(mocap_dir) if mocap_dir else shared_mocap_dir()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(spec.seed)
@@ -619,7 +622,8 @@ def main(
     noise_px: float = typer.Option(0.0, help="Std of the Gaussian pixel noise."),
     drop_prob: float = typer.Option(0.0, help="Probability of dropping a keypoint."),
     mocap_dir: Path | None = typer.Option(
-        None, help="Folder of the clips (default ../shared/data/mocap)."
+        None,
+        help="Folder of the clips (default $MIMIC2DM_SHARED/data/mocap, else ../shared/data/mocap).",
     ),
     min_seconds: float = typer.Option(
         0.0, help="Loop clips shorter than this to this length (the dog's single cycles)."

@@ -48,6 +48,14 @@ if not OmegaConf.has_resolver("m2d_or"):
     OmegaConf.register_new_resolver(
         "m2d_or", lambda a, b: b if a in (None, "", "null", "None") else a
     )
+if not OmegaConf.has_resolver("m2d_shared"):
+    # ``${m2d_shared:}``: the shared data folder, from the one function that reads MIMIC2DM_SHARED
+    def _shared() -> str:
+        from mimic2dm.utils.paths import shared_dir
+
+        return str(shared_dir())
+
+    OmegaConf.register_new_resolver("m2d_shared", _shared)
 if not OmegaConf.has_resolver("m2d_character"):
     # ``${m2d_character:NAME,FIELD}``: a per-character fact read from its CharacterSpec, so
     # conf/character/*.yaml refers to the spec instead of copying it
