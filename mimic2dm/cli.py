@@ -16,6 +16,7 @@ from mimic2dm.learn_bench import bench_learn_command
 from mimic2dm.motion.cli import app as data_app
 from mimic2dm.preprocess.bench import bench_preprocess_cmd
 from mimic2dm.preprocess.cli import preprocess_cmd, strip_cmd
+from mimic2dm.startup_bench import bench_startup_command
 from mimic2dm.train_bench import bench_train_command
 from mimic2dm.utils.reporting import (
     JsonOption,
@@ -52,6 +53,7 @@ app.command("rollouts")(rollouts_cmd)
 app.command("preprocess")(preprocess_cmd)
 data_app.command("strip")(strip_cmd)
 bench_app.command("preprocess")(bench_preprocess_cmd)
+bench_app.command("startup")(bench_startup_command)
 app.command("submit")(submit_cmd)
 app.add_typer(jobs_app, name="jobs", help="Ray jobs on a cluster: list, logs, stop, fetch.")
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -68,8 +69,11 @@ def run_config(clip: str, seed: int, minutes: float, run_dir: Path, overrides: l
 
 
 def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: float,
-              overrides: list[str], cfg=None) -> dict:  # fmt: skip
+              overrides: list[str], cfg=None, resume_overrides: Sequence[str] = ()) -> dict:  # fmt: skip
     """Train ``clip`` (a ``data`` config name) for ``minutes``; evaluate the last checkpoint.
+
+    ``resume_overrides``: with ``cfg.resume``, changes to the resumed run's saved config
+    (e.g. a larger ``train.max_seconds``), as :func:`mimic2dm.train.train` takes them.
 
     ``cfg``: the run's config, already composed by :func:`run_config` (composed here if None).
     """
@@ -110,7 +114,7 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
                       "success_rate": rep["success_rate"], "error_2d_px": rep["error_2d_px"],
                       "max_error_2d_px": rep["max_error_2d_px"]})  # fmt: skip
 
-    summary = train(cfg, epoch_callback=on_epoch)
+    summary = train(cfg, resume_overrides, epoch_callback=on_epoch)
     if summary["interrupted"]:  # SIGINT / SIGTERM: the run saved its checkpoint; the bench ends
         from mimic2dm.train import summary_signal
 

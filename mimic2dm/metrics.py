@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import torch
 
+REFERENCE_HEIGHT = 1080.0
+"""Image height (px) that every reported pixel error is scaled to."""
 SUCCESS_THRESHOLD_PX = 100.0  # at 1080p
 ERROR_CAP_PX = 2160.0
 """The most one keypoint's 2D error counts (px at 1080p: two image heights). A point that far
@@ -36,7 +38,7 @@ def reprojection_errors(
     Returns:
         ``[..., K]`` errors (pixels at 1080p).
     """
-    err = ((pred - ref).norm(dim=-1) * (1080.0 / image_height)).clamp_max(ERROR_CAP_PX)
+    err = ((pred - ref).norm(dim=-1) * (REFERENCE_HEIGHT / image_height)).clamp_max(ERROR_CAP_PX)
     if front is not None:
         err = torch.where(front, err, torch.full_like(err, ERROR_CAP_PX))
     return torch.where(mask, err, torch.full_like(err, float("nan")))

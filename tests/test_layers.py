@@ -46,6 +46,7 @@ LAYERS: dict[str, int] = {
     "train_bench": 7,
     "control": 7,
     "compare": 7,
+    "imitate": 7,
 }
 APP_LAYER = 7
 

@@ -122,6 +122,9 @@ def _metrics(
         "max_error_2d_px": float(metrics.max_error_per_frame(err).max()),
         "jitter": float(metrics.jitter(rec["kp3d"][i, :n], fps)),
     }
+    # the same errors in the clip's own pixels (the ones above are scaled to a 1080-px height)
+    out["error_2d_px_raw"] = out["error_2d_px"] * height / metrics.REFERENCE_HEIGHT
+    out["max_error_2d_px_raw"] = out["max_error_2d_px"] * height / metrics.REFERENCE_HEIGHT
     if gt3d is not None:
         sim = rec["kp3d"][i, :n]
         root = list(kset.root)
@@ -192,6 +195,8 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         "success_rate": float(np.mean([s["success"] for s in per_seq])),
         "error_2d_px": float(np.mean([s["error_2d_px"] for s in per_seq])),
         "max_error_2d_px": float(np.max([s["max_error_2d_px"] for s in per_seq])),
+        "error_2d_px_raw": float(np.mean([s["error_2d_px_raw"] for s in per_seq])),
+        "max_error_2d_px_raw": float(np.max([s["max_error_2d_px_raw"] for s in per_seq])),
         "jitter": float(np.mean([s["jitter"] for s in per_seq])),
     }
     if all("mpjpe_mm" in s for s in per_seq):
