@@ -23,8 +23,14 @@ first physics step answers with a jump.
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import time
 import warnings
+from pathlib import Path
 
+import numpy as np
 import torch
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 
@@ -46,6 +52,8 @@ def forward_yaw(kp3d: torch.Tensor, kset: KeypointSet) -> torch.Tensor:
         fwd = (kp3d[..., kset.index("neck"), :] - kp3d[..., kset.index("root_of_tail"), :])[..., :2]
     return torch.atan2(fwd[..., 1], fwd[..., 0])
 
+
+log = logging.getLogger(__name__)
 
 INITIAL_STATE_MODES = ("auto", "default_pose")
 FIT_TOLERANCE_M = 1e-3
@@ -89,10 +97,6 @@ def fit_reference_poses(
         ``root_pos [T, 3]``, ``root_quat [T, 4]`` xyzw, ``root_lin_vel``/``root_ang_vel
         [T, 3]`` (world), ``dof_pos``/``dof_vel [T, J]`` (float32). Cached per clip.
     """
-    from mimic2dm.characters.retarget import fit_keypoints
-    from mimic2dm.characters.retarget import level_feet as level
-    from mimic2dm.geometry.rotations import state_velocities as velocities
-
     key = (
         spec.name,
         float(fps),
@@ -102,6 +106,26 @@ def fit_reference_poses(
     )
     if key in _FIT_CACHE:
         return _FIT_CACHE[key]
+    disk = _disk_cache_path(kp3d, spec, fps, level_feet)
+    out = _load_cached(disk)
+    if out is None:
+        t0 = time.perf_counter()
+        log.info("initial states: fitting the %s to %d reference frames (inverse kinematics; "
+                 "cached in %s for the next start)", spec.name, kp3d.shape[0], disk.parent)  # fmt: skip
+        out = _fit(kp3d, spec, fps, level_feet)
+        log.info(
+            "initial states: %d frames fitted in %.1f s", kp3d.shape[0], time.perf_counter() - t0
+        )
+        _save_cached(disk, out)
+    _FIT_CACHE[key] = out
+    return out
+
+
+def _fit(kp3d: torch.Tensor, spec, fps: float, level_feet: bool) -> dict[str, torch.Tensor]:
+    from mimic2dm.characters.retarget import fit_keypoints
+    from mimic2dm.characters.retarget import level_feet as level
+    from mimic2dm.geometry.rotations import state_velocities as velocities
+
     target = kp3d.detach().cpu().double()
     q = fit_keypoints(spec, target, iters=25, tol=FIT_TOLERANCE_M)
     # frames stuck in a local minimum (e.g. mid-flip) restart from a converged neighbour
@@ -122,9 +146,73 @@ def fit_reference_poses(
     lin, ang, dof_vel = velocities(q[:, :3], quat, q[:, 7:], fps)
     out = {"root_pos": q[:, :3], "root_quat": quat, "root_lin_vel": lin, "root_ang_vel": ang,
            "dof_pos": q[:, 7:], "dof_vel": dof_vel}  # fmt: skip
-    out = {k: v.float() for k, v in out.items()}
-    _FIT_CACHE[key] = out
+    return {k: v.float() for k, v in out.items()}
+
+
+CACHE_VERSION = 1
+"""Bumped whenever the fit changes, so that no state of an older fit is read back."""
+
+
+def cache_dir() -> Path:
+    """Where fitted initial states are kept between runs: ``$MIMIC2DM_CACHE/initial_states``,
+    else ``$XDG_CACHE_HOME/mimic2dm/...``, else ``~/.cache/mimic2dm/...``."""
+    root = os.environ.get("MIMIC2DM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mimic2dm"
+    )
+    return Path(root) / "initial_states"
+
+
+def _disk_cache_path(kp3d: torch.Tensor, spec, fps: float, level_feet: bool) -> Path:
+    """A file named by everything the fit depends on: the keypoints, the character's model
+    (its sites, joint ranges and default pose), the rate, ``level_feet`` and the fit's version."""
+    h = hashlib.sha256(np.ascontiguousarray(kp3d.detach().cpu().numpy()).tobytes())
+    model = (
+        spec.site_offsets,
+        np.asarray(spec.joint_range).tolist(),
+        list(spec.default_pose.dof_pos),
+    )
+    h.update(
+        repr(
+            (model, spec.name, float(fps), bool(level_feet), CACHE_VERSION, FIT_TOLERANCE_M)
+        ).encode()
+    )
+    return cache_dir() / f"{spec.name}_{kp3d.shape[0]}f_{h.hexdigest()[:24]}.pt"
+
+
+def _code_digest() -> bytes:
+    """The source of the fit (this module, the IK, the kinematics, the rotations): a change
+    to any of them gives new cache files instead of stale states."""
+    import mimic2dm.characters.kinematics as kinematics
+    import mimic2dm.characters.retarget as retarget
+    import mimic2dm.geometry.rotations as rotations
+
+    h = hashlib.sha256()
+    for path in (retarget.__file__, kinematics.__file__, rotations.__file__, __file__):
+        h.update(Path(path).read_bytes())
+    return h.digest()
+
+
+def _load_cached(path: Path) -> dict[str, torch.Tensor] | None:
+    try:
+        out = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, ValueError, EOFError):
+        return None  # absent, unreadable or half-written elsewhere: fit again
+    if not isinstance(out, dict) or set(out) != set(STATE_KEYS):
+        return None
+    log.info("initial states: %s (cached fit)", path)
     return out
+
+
+def _save_cached(path: Path, out: dict[str, torch.Tensor]) -> None:
+    from mimic2dm.utils.checkpoint import atomic_torch_save
+
+    try:
+        atomic_torch_save(out, path)
+    except OSError as e:  # a read-only home: the next start fits again
+        log.warning("initial states: not cached (%s)", e)
+
+
+STATE_KEYS = ("root_pos", "root_quat", "root_lin_vel", "root_ang_vel", "dof_pos", "dof_vel")
 
 
 def _frame_error(spec, q: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
