@@ -11,10 +11,16 @@ are built in-process or in Ray actors (:mod:`mimic2dm.rl.vecenv`), and the PPO a
 config; ``key=value`` overrides given with it (e.g. ``train.max_epochs=400``) apply on
 top, config groups cannot change. :func:`train` is the same thing as a function.
 
-Ctrl-C (SIGINT) during training ends the run at the end of the current epoch with a final
-checkpoint and ``summary.json`` (``"interrupted": true``), and the app exits with 130
-(``resume=RUN_DIR`` continues from there); a second Ctrl-C stops at once, leaving the
+Ctrl-C (SIGINT) or SIGTERM (Slurm, ``docker stop``, ``ray job stop``) during training ends
+the run at the end of the current epoch with a final checkpoint and ``summary.json``
+(``"interrupted": true``, ``"signal"``), and the app exits with 128 + the signal, 130 or 143
+(``resume=RUN_DIR`` continues from there); a second signal stops at once, leaving the
 last checkpoint written before it. rl-games' prints go to the run's log, not the console.
+
+Run directories (:mod:`mimic2dm.utils.rundir`, docs/training.md "Run directories"): one
+writer per directory (a lock), a new run refuses a directory holding a run unless
+``overwrite=true``, every check of a resume and of the data comes before anything is
+written, and a bad setting, clip, directory or full disk is one line and exit 1.
 """
 
 from __future__ import annotations
