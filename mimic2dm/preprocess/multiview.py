@@ -171,7 +171,7 @@ def fit_views(
 
     Returns:
         :class:`FitResult` with ``camera_R [V, 1, 3, 3]``, ``camera_t [V, 1, 3]``,
-        ``camera_intrinsics [V, 1, 4]``; ``info["views"]``: each view's own fit.
+        ``camera_intrinsics [V, 1, 4]``; ``info["view_fits"]``: each view's own fit (its info, without the config).
     """
     cfg = cfg or PreprocessConfig()
     if cfg.camera != "static":
@@ -207,8 +207,11 @@ def fit_views(
     for _ in range(JOINT_ROUNDS):
         prob.fit_poses(cfg.lm_iters)
         prob.run(cfg.iters, 0, cfg.refine_focal, lr=cfg.polish_lr)
-    info = {"views": [f.info for f in fits], "fitted_frames": len(frames), "focal_init": focal0,
-            "seconds_views": time.perf_counter() - t0}  # fmt: skip
+    info = {
+        "view_fits": [{k: x for k, x in f.info.items() if k != "config"} for f in fits],
+        "fitted_frames": len(frames),
+        "focal_init": focal0,
+    }
     return _joint_result(model, prob, frames, T, fps, cfg, info, t0)
 
 
@@ -227,7 +230,7 @@ def _joint_result(model, prob: _Joint, frames, T, fps, cfg, info, t0) -> FitResu
         "loss": float(total[0]),
         "terms": {n: round(float(x[0]), 5) for n, x in terms.items()},
         "focal": [float(x) for x in k[:, 0, 0]],
-        "heading_deg": info["views"][0]["heading_deg"],
+        "heading_deg": info["view_fits"][0]["heading_deg"],
         "seconds": time.perf_counter() - t0,
         "config": asdict(cfg),
     }
