@@ -59,11 +59,12 @@ class ImitateSettings:
     pose_model: str | None = None
     detector: str = "rtdetr-r50"
     random_weights: bool = False
+    heldout: str | None = None
 
     def same_job(self, other: ImitateSettings) -> list[str]:
         """Fields that differ in a way ``--resume`` cannot continue (minutes may grow)."""
         keys = ("inputs", "character", "views", "seed", "num_envs", "overrides", "pose_model",
-                "detector", "random_weights")  # fmt: skip
+                "detector", "random_weights", "heldout")  # fmt: skip
         return [k for k in keys if getattr(self, k) != getattr(other, k)]
 
 
@@ -169,6 +170,26 @@ def check_inputs(inputs: list[Path], character: str, views: list[int] | None) ->
             {"path": str(path), "kind": "clip", "views": m.num_views, "frames": m.num_frames}
         )
     return out
+
+
+def check_heldout(path: Path, items: list[dict], s: ImitateSettings) -> None:
+    """``--heldout``: a preprocessed clip of every view of the one input clip's recording."""
+    from mimic2dm.motion.format import MotionFormatError, load_motion2d
+
+    if len(items) != 1 or items[0]["kind"] != "clip" or not s.views:
+        raise ImitateError("--heldout: needs one input clip and its tracked views (--view)")
+    try:
+        ref = load_motion2d(path)
+    except MotionFormatError as e:
+        raise ImitateError(str(e)) from None
+    if not ref.has_cameras or ref.est_keypoints3d is None:
+        raise ImitateError(f"{path}: field 'camera_R' or 'est_keypoints3d' is missing, expected a clip "
+                           "preprocessed from all its views (`mimic2dm preprocess CLIP`)")  # fmt: skip
+    if ref.num_views != items[0]["views"] or ref.num_frames != items[0]["frames"]:
+        raise ImitateError(f"{path}: field 'keypoints' has {ref.num_views} views x {ref.num_frames} frames, "
+                           f"expected {items[0]['views']} x {items[0]['frames']} like {items[0]['path']}")  # fmt: skip
+    if len(s.views) >= ref.num_views:
+        raise ImitateError("--heldout: every view is tracked, none is held out")
 
 
 def _check_writable(out: Path) -> None:
@@ -342,12 +363,49 @@ def stage_evaluate(out: Path, pre: dict, train: dict, s: ImitateSettings) -> dic
     with library_output_to_log("eval"):
         rep = evaluate(train["checkpoint"], pre["clips"], num_views, out / "eval.json",
                        out / "overlay.png", video)  # fmt: skip
+    if s.heldout:
+        rep["heldout_views"] = heldout_view_errors(train["checkpoint"], pre["clips"][0], s.heldout,
+                                                   s.views or [0])  # fmt: skip
     files = {"eval": str(out / "eval.json"), "overlay": str(out / "overlay.png")}
     files["video"] = (
         str(video) if video is not None and video.is_file() else f"skipped: {no_gl_message()}"
     )
     return {**{k: v for k, v in rep.items() if k != "sequences"}, "sequences": rep["sequences"],
             "files": files}  # fmt: skip
+
+
+def heldout_view_errors(checkpoint, tracked: str | Path, reference: str | Path,
+                        views: list[int]) -> list[dict]:  # fmt: skip
+    """2D error of the simulated character in the views of ``reference`` it never saw.
+
+    The tracker follows ``tracked`` (the preprocessed clip of ``views``) from its first frame;
+    its 3D keypoints, resampled to the clip's frames, are moved into the world of
+    ``reference`` (a preprocessed clip of every view of the same recording, whose cameras were
+    estimated jointly) by the ground-plane alignment of the two estimates, and projected
+    through the cameras of the other views. This checks 3D without 3D ground truth.
+    """
+    import numpy as np
+
+    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.preprocess.multiview import heldout_errors
+    from mimic2dm.rl.policy import load_policy
+    from mimic2dm.tasks.tracking2d.evaluation import simulated_keypoints3d
+
+    policy = load_policy(checkpoint)
+    ref, own = load_motion2d(reference), load_motion2d(tracked)
+    kp = simulated_keypoints3d(policy, tracked, own.num_views)  # control rate
+    t_sim = np.arange(len(kp)) / policy.env_spec.control_hz
+    t_ref = np.arange(ref.num_frames) / ref.fps
+    n = int(np.searchsorted(t_ref, t_sim[-1], side="right"))
+    flat = kp.reshape(len(kp), -1)
+    at = np.stack([np.interp(t_ref[:n], t_sim, flat[:, j]) for j in range(flat.shape[1])], -1)
+    full = np.concatenate([at, np.repeat(at[-1:], ref.num_frames - n, 0)]).reshape(
+        ref.num_frames, *kp.shape[1:]
+    )
+    usable = ref.mask().copy()
+    usable[:, n:] = False  # frames the rollout did not reach
+    others = [v for v in range(ref.num_views) if v not in views]
+    return heldout_errors(full, ref, others, usable, world_keypoints3d=own.est_keypoints3d)
 
 
 # ---------------------------------------------------------------------------- report
@@ -366,9 +424,21 @@ def build_report(state: dict) -> dict:
         "stages": {k: {"seconds": v.get("seconds"), **v.get("result", {})} for k, v in st.items()},
         **{k: ev.get(k) for k in REPORT_KEYS},
         "time_to_first_success_s": tr.get("time_to_first_success_s"),
+        "heldout_views": ev.get("heldout_views"),
+        "heldout_error_2d_px": _mean_heldout(ev.get("heldout_views")),
         "complete": all(st.get(k, {}).get("done") for k in STAGES),
     }
     return report
+
+
+def _mean_heldout(rows: list[dict] | None) -> float | None:
+    """Mean over the held-out views of their mean 2D error (px at 1080p)."""
+    vals = [
+        r["reprojection_mean_px_1080"]
+        for r in rows or []
+        if r["reprojection_mean_px_1080"] == r["reprojection_mean_px_1080"]
+    ]
+    return sum(vals) / len(vals) if vals else None
 
 
 def _summary_table(report: dict) -> Table:
@@ -398,8 +468,10 @@ def _figures(name: str, st: dict) -> str:
     if name == "train":
         return (f"{st['epochs']} epochs, {st['frames']:,} samples, first success after "
                 f"{f(st['time_to_first_success_s'], '.0f')} s" + (" (interrupted)" if st["interrupted"] else ""))  # fmt: skip
+    held = _mean_heldout(st.get("heldout_views"))
     return (f"success {f(st.get('success_rate'), '.2f')}, 2D error {f(st.get('error_2d_px'))} px "
-            f"(raw {f(st.get('error_2d_px_raw'))}), max {f(st.get('max_error_2d_px'))} px")  # fmt: skip
+            f"(raw {f(st.get('error_2d_px_raw'))}), max {f(st.get('max_error_2d_px'))} px"
+            + (f"; held-out views {f(held)} px" if held is not None else ""))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- driver
@@ -416,6 +488,8 @@ def run_imitate(inputs: list[Path], out: Path, settings: ImitateSettings, resume
     console = console or Console(stderr=True)
     out = out.resolve()
     items = check_inputs(inputs, settings.character, settings.views)
+    if settings.heldout:
+        check_heldout(Path(settings.heldout), items, settings)
     _check_writable(out)
     state = _start_state(out, settings, resume)
     out.mkdir(parents=True, exist_ok=True)
@@ -492,6 +566,13 @@ def imitate_cmd(
     random_weights: Annotated[
         bool, typer.Option(help="Videos: untrained models (offline smoke run).")
     ] = False,
+    heldout: Annotated[
+        Path | None,
+        typer.Option(
+            help="A clip preprocessed from every view of the input's recording: report "
+            "the 2D error of the simulated character in the views not tracked."
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     json_out: JsonOption = None,
 ) -> None:
@@ -509,6 +590,7 @@ def imitate_cmd(
         inputs=[str(p.resolve()) for p in inputs], character=character, minutes=minutes,
         views=parse_views(view), seed=seed, num_envs=num_envs, overrides=list(override or []),
         pose_model=pose_model, detector=detector, random_weights=random_weights,
+        heldout=str(heldout.resolve()) if heldout else None,
     )  # fmt: skip
     console = human_console(json_out)
     # SIGTERM outside training stops like Ctrl-C (training itself saves on both)

@@ -192,3 +192,39 @@ def test_imitate_video_with_random_weights(tmp_path, monkeypatch):
     assert code == 1 and "masks every keypoint" in text, text
     assert load_motion2d(out / "input" / "clip.npz").meta["random_weights"] is True
     assert "Traceback" not in text
+
+
+@pytest.mark.slow
+def test_imitate_heldout_views(tmp_path, monkeypatch):
+    """Track view 0 of a 3-view clip; the simulated character is scored in views 1 and 2,
+    whose cameras come from preprocessing all three views jointly (no ground truth used)."""
+    from mimic2dm.characters.demo_clip import make_demo_motion3d
+    from mimic2dm.motion.synth import synthesize_views
+    from mimic2dm.preprocess.clipio import strip_clip
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    m3 = make_demo_motion3d(2.0, 30.0)
+    m2 = synthesize_views(
+        m3.keypoints3d, m3.keypoint_set, 30.0, num_views=3, camera="static", seed=1
+    )
+    clip = tmp_path / "three.npz"
+    save_motion2d(strip_clip(m2), clip)
+    code, text = _cli("preprocess", clip, "--out", tmp_path / "all", "--headings", "2", "--iters", "20",
+                      "--no-progress")  # fmt: skip
+    assert code == 0, text
+    ref = tmp_path / "all" / "three.npz"
+    out = tmp_path / "run"
+    code, text = _cli("imitate", clip, "--out", out, "--view", "0", "--heldout", ref, "--minutes",
+                      "0.02", "--no-progress", *TINY)  # fmt: skip
+    assert code == 0, text
+    report = json.loads((out / "report.json").read_text())
+    rows = report["heldout_views"]
+    assert [r["view"] for r in rows] == [1, 2]
+    assert all(np.isfinite(r["reprojection_mean_px_1080"]) for r in rows)
+    assert report["heldout_error_2d_px"] == pytest.approx(
+        np.mean([r["reprojection_mean_px_1080"] for r in rows])
+    )
+    # a reference of another recording is refused before any work
+    code, text = _cli("imitate", clip, "--out", tmp_path / "x", "--view", "0", "--heldout",
+                      write_demo(tmp_path / "demo.npz"))  # fmt: skip
+    assert code == 1 and "est_keypoints3d" in text and not (tmp_path / "x").exists()

@@ -137,6 +137,35 @@ def _metrics(
     return out
 
 
+def _roll_out(policy, data, views: int, task_cls: type, states: bool = True):
+    """Every sequence of ``data`` rolled out deterministically from its first frame."""
+    spec = policy.env_spec
+    cfg = dataclasses.replace(tracking_config(spec), num_views=views, early_termination=False,
+                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+    lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
+    seqs = sequences(lib, views)
+    N = len(seqs)
+    engine = build_engine(spec, N)
+    source = ClipReference(lib, N, views, engine.device)
+    # the initial-state source of training (cfg.initial_state): frame 0's 3D pose when known
+    task = task_cls(engine, source, cfg, seed=0)
+    clip_ids = torch.tensor([c for c, _ in seqs])
+    starts = lib.offsets[clip_ids]
+    task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
+                        torch.tensor([v for _, v in seqs]))  # fmt: skip
+    rec = rollout(task, policy, lib.max_len, states)
+    return task, lib, seqs, source, cfg, rec
+
+
+def simulated_keypoints3d(policy, data: str | Path, views: int = 1) -> np.ndarray:
+    """``[T, K, 3]`` world keypoints of the simulated character (control rate), tracking the
+    first sequence of the clip ``data`` (views ``0..views-1``) deterministically from its
+    first frame: what held-out views are scored on."""
+    task, lib, _, _, _, rec = _roll_out(policy, [data], views, Tracking2DTask, states=False)
+    task.close()
+    return rec["kp3d"][0, : lib.clips[0].num_frames].numpy()
+
+
 def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, picture_out=None,
              video_out=None, name: str = "policy", task_cls: type = Tracking2DTask) -> dict:  # fmt: skip
     """Evaluate a tracker on the 2D-motion files ``data``; returns (and optionally writes) the report.
@@ -155,20 +184,7 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         task_cls: the task class (a subclass of the tracker, e.g. ``DribbleTask``).
     """
     spec = policy.env_spec
-    cfg = dataclasses.replace(tracking_config(spec), num_views=views, early_termination=False,
-                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
-    lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
-    seqs = sequences(lib, views)
-    N = len(seqs)
-    engine = build_engine(spec, N)
-    source = ClipReference(lib, N, views, engine.device)
-    # the initial-state source of training (cfg.initial_state): frame 0's 3D pose when known
-    task = task_cls(engine, source, cfg, seed=0)
-    clip_ids = torch.tensor([c for c, _ in seqs])
-    starts = lib.offsets[clip_ids]
-    task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
-                        torch.tensor([v for _, v in seqs]))  # fmt: skip
-    rec = rollout(task, policy, lib.max_len)
+    task, lib, seqs, source, cfg, rec = _roll_out(policy, data, views, task_cls)
     per_seq = []
     for i, (c, vs) in enumerate(seqs):
         clip = lib.clips[c]
