@@ -66,7 +66,7 @@ class Run:
     """
 
     dir: Path
-    logger: RunLogger
+    logger: RunLogger | None  # opened by load_data, once the data passed its checks
     ckpt: CheckpointManager
     state: dict | None
     gen: torch.Generator
@@ -77,7 +77,8 @@ class Run:
 
     def close(self) -> None:
         """Close the loggers and release the run directory."""
-        self.logger.close()
+        if self.logger is not None:
+            self.logger.close()
         if self.lock is not None:
             self.lock.release()
 
@@ -95,7 +96,8 @@ def resolve_checkpoint(path: str | Path, name: str = "last.pt") -> Path:
 
 
 def open_run(cfg: DictConfig, kind: str) -> Run:
-    """Create or resume the run of ``cfg`` (``run_dir`` / ``resume``), seed, save the config.
+    """Create or resume the run of ``cfg`` (``run_dir`` / ``resume``) and seed; the config
+    and the loggers are written by :func:`load_data` once the data has passed its checks.
 
     The run directory is locked for this process (:class:`RunLock`); a new run refuses a
     directory holding a run unless ``overwrite=true``; stale temp files of a killed
@@ -123,15 +125,26 @@ def open_run(cfg: DictConfig, kind: str) -> Run:
         run_dir, keep=int(cfg.get("keep_checkpoints", 3)), higher_is_better=False
     )
     state = _resume_state(cfg, ckpt, kind, lock) if cfg.resume else None
-    if state is not None and (run_dir / "config.yaml").is_file():
-        shutil.copy(run_dir / "config.yaml", run_dir / f"config.before_step{state['step']}.yaml")
-    save_resolved_config(cfg, run_dir)
-    lg = cfg.logger
-    logger = RunLogger(run_dir, OmegaConf.to_container(cfg, resolve=True), project=lg.project,
-                       use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{kind.split('.')[-1]}-{run_dir.name}")  # fmt: skip
     seed_everything(int(cfg.seed))
     gen = torch.Generator().manual_seed(int(cfg.seed))
-    return Run(run_dir, logger, ckpt, state, gen, kind, cfg, lock)
+    return Run(run_dir, None, ckpt, state, gen, kind, cfg, lock)
+
+
+def _start_logging(run: Run) -> None:
+    """Write the run's config and open its loggers: once its data has passed every check
+    (:func:`load_data`), so that a bad dataset leaves no ``config.yaml``, ``tb/`` or ``wandb/``."""
+    cfg, kind = run.cfg, run.kind
+    if run.state is not None and (run.dir / "config.yaml").is_file():
+        shutil.copy(
+            run.dir / "config.yaml", run.dir / f"config.before_step{run.state['step']}.yaml"
+        )
+    save_resolved_config(cfg, run.dir)
+    lg = cfg.logger
+    rng = rng_state()  # the loggers start after seeding now: keep them off the training RNG streams
+    run.logger = RunLogger(run.dir, OmegaConf.to_container(cfg, resolve=True), project=lg.project,
+                           use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard),
+                           name=f"{kind.split('.')[-1]}-{run.dir.name}")  # fmt: skip
+    set_rng_state(rng)
 
 
 def _resume_state(cfg: DictConfig, ckpt: CheckpointManager, kind: str, lock: RunLock) -> dict:
@@ -339,10 +352,28 @@ def load_train_and_eval(
 
 def load_data(run: Run) -> tuple[ClipSet, ClipSet, FeatureStats]:
     """Training clips, evaluation clips and normalisation of ``run``; a resumed run keeps
-    its checkpoint's labels, keypoint set and statistics."""
+    its checkpoint's labels, keypoint set and statistics. Then the run's config and loggers
+    are written (not before: a dataset that fails its checks leaves none of them).
+
+    Raises:
+        ConfigError: the clips cannot be trained on (mixed keypoint sets, too short...), one line.
+    """
+    from mimic2dm.motion.format import MotionFormatError
+    from mimic2dm.utils.validate import ConfigError
+
     st = run.state
-    if st is None:
-        clips, held = load_train_and_eval(run.cfg)
-        return clips, held, clips.compute_stats()
-    clips, held = load_train_and_eval(run.cfg, st["data"]["label_names"], st["data"]["keypoint_set"])  # fmt: skip
-    return clips, held, FeatureStats.from_dict(st["stats"])
+    try:
+        if st is None:
+            clips, held = load_train_and_eval(run.cfg)
+            stats = clips.compute_stats()
+        else:
+            clips, held = load_train_and_eval(run.cfg, st["data"]["label_names"], st["data"]["keypoint_set"])  # fmt: skip
+            stats = FeatureStats.from_dict(st["stats"])
+    except (MotionFormatError, ValueError) as e:
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(
+            "gen_data", str(run.cfg.gen_data.get("dir")), f"clips that can be trained on: {e}"
+        ) from None
+    _start_logging(run)
+    return clips, held, stats

@@ -116,3 +116,19 @@ def test_sigterm_checkpoints_and_exits_143_then_resume_continues(args, tmp_path)
     assert step >= 2 and not (run / LOCK_NAME).exists()
     run_main(train_tokenizer, [*args, f"resume={run}", f"train.max_steps={step + 2}"])
     assert json.loads((run / "metrics.json").read_text())["step"] == step + 2
+
+
+def test_clips_mixing_keypoint_sets_are_refused_before_config_tb_and_wandb(tmp_path, capsys):
+    from mimic2dm.rl.data import MAKERS
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    for name, mocap in (("a_walk", "cmu_walk"), ("b_dog", "dog_trot")):
+        MAKERS["synth"](clips / f"{name}.npz", {"mocap": str(MOCAP / f"{mocap}.npz"), "seconds": 2.0,
+                                                 "views": 1, "camera": "static", "fps": 30.0})  # fmt: skip
+    run = tmp_path / "tok"
+    argv = [f"gen_data.dir={clips}", "gen_data.heldout_dir=null", "gen_data.build=null", "logger.wandb=true",
+            "threads=1", "model.width=32", *TINY, f"run_dir={run}"]  # fmt: skip
+    line = fails_with_one_line(capsys, argv)
+    assert "keypoint_set" in line and "b_dog.npz" in line
+    assert not any((run / n).exists() for n in ("config.yaml", "tb", "wandb", "checkpoints"))
