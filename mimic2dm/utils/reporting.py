@@ -91,8 +91,12 @@ def write_json_report(obj: Any, dest: str | Path | None) -> None:
 
 
 def human_console(json_dest: str | Path | None = None, **kw: Any) -> Console:
-    """The console for tables and summaries: stderr when ``json_dest`` is stdout."""
-    return Console(stderr=json_to_stdout(json_dest), **kw)
+    """The console for tables and summaries: stderr when ``json_dest`` is stdout; wide when
+    not a terminal, so that tables in logs and pipes are not folded into narrow columns."""
+    console = Console(stderr=json_to_stdout(json_dest), **kw)
+    if console.is_terminal or "width" in kw:
+        return console
+    return Console(stderr=json_to_stdout(json_dest), width=200, **kw)
 
 
 class _LineLogger(io.TextIOBase):
