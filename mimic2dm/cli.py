@@ -24,6 +24,7 @@ from mimic2dm.utils.reporting import (
     library_output_to_log,
     write_json_report,
 )
+from mimic2dm.utils.rundir import error_line
 from mimic2dm.video.cli import bench_pose, extract, pose_app
 
 app = typer.Typer(
@@ -135,8 +136,8 @@ def eval_cmd(
     try:
         with library_output_to_log("eval"):
             report = evaluate(checkpoint, data, views, None, picture, video)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except (ValueError, OSError, KeyError) as e:  # OSError: a failed write, named with its errno
+        typer.echo(f"error: {error_line(e)}", err=True)
         raise typer.Exit(1) from e
 
     def brief(r: dict) -> dict:
@@ -145,7 +146,11 @@ def eval_cmd(
     summary = brief(report) if "by_views" not in report else {
         **report, "by_views": {v: brief(r) for v, r in report["by_views"].items()}}  # fmt: skip
     human_console(json_out).print_json(data=summary)
-    write_json_report(report, json_out)
+    try:
+        write_json_report(report, json_out)
+    except OSError as e:  # e.g. a full disk after the checks before the run
+        typer.echo(f"error: {error_line(e)}", err=True)
+        raise typer.Exit(1) from None
     if video and not os.path.isfile(video):  # GL failed in this process after a good probe
         typer.echo(f"error: --video {video}: rendering failed (see the warning above)", err=True)
         raise typer.Exit(1)
@@ -202,8 +207,8 @@ def export_cmd(
     try:
         with library_output_to_log("export"):
             desc = export_policy(checkpoint, out, fmt, data=data or None, tolerance=tolerance)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        typer.echo(f"error: {e}", err=True)
+    except (ValueError, OSError, KeyError) as e:  # OSError: a failed write, named with its errno
+        typer.echo(f"error: {error_line(e)}", err=True)
         raise typer.Exit(1) from e
     c = desc["check"]
     typer.echo(f"wrote {os.path.join(out, desc['model'])} and {os.path.join(out, 'policy.json')}")

@@ -62,3 +62,17 @@ def test_check_writable_sees_read_only_file_systems(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda p, mode: False)
     with pytest.raises(RunDirError, match=r"--out .*: \[Errno (13|30)\]"):
         check_writable(tmp_path / "x", "--out", is_dir=True)
+
+
+def test_a_json_write_that_fails_after_the_evaluation_is_one_line(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    def full_disk(report, dest):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dest))
+
+    monkeypatch.setattr("mimic2dm.eval.evaluate", lambda *a, **k: {"success_rate": 1.0})
+    monkeypatch.setattr("mimic2dm.cli.write_json_report", full_disk)
+    out = tmp_path / "r.json"
+    line = run(*EVAL, "--json", str(out))
+    assert line == f"error: cannot write {out}: [Errno 28] No space left on device"

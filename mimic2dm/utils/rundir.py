@@ -250,3 +250,11 @@ def preflight_run_dir(run_dir: str | Path, option: str, resume: bool, overwrite:
         raise RunDirError(busy)
     if not resume and not overwrite:
         claim_new_run(run_dir, overwrite=False)
+
+
+def error_line(e: BaseException) -> str:
+    """One line for an error an app reports: a failed write (``OSError`` with a file name,
+    not a missing input) as :func:`os_error_line`, anything else as its message."""
+    if isinstance(e, OSError) and not isinstance(e, FileNotFoundError) and e.filename:
+        return os_error_line(e)
+    return str(e)
