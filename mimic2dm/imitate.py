@@ -88,11 +88,14 @@ def _save_state(out: Path, state: dict) -> None:
 
 def _start_state(out: Path, settings: ImitateSettings, resume: bool) -> dict:
     """The run's state: new (refusing a directory that holds another run) or resumed."""
+    from mimic2dm.utils.rundir import LOCK_NAME
+
     state = _load_state(out)
     if state is None:
-        if resume and out.exists() and any(out.iterdir()):
+        held = out.exists() and any(p.name != LOCK_NAME for p in out.iterdir())
+        if resume and held:
             raise ImitateError(f"--resume: {out} holds no imitate run ({STATE_FILE} missing)")
-        if not resume and out.exists() and any(out.iterdir()):
+        if not resume and held:
             raise ImitateError(
                 f"--out {out}: the directory is not empty; choose another or remove it"
             )
@@ -491,8 +494,20 @@ def run_imitate(inputs: list[Path], out: Path, settings: ImitateSettings, resume
     if settings.heldout:
         check_heldout(Path(settings.heldout), items, settings)
     _check_writable(out)
+    from mimic2dm.utils.rundir import RunLock
+
+    lock = RunLock(out)  # one writer per directory, as for training runs
+    busy = lock.busy_message()
+    if busy:
+        raise ImitateError(busy)
     state = _start_state(out, settings, resume)
-    out.mkdir(parents=True, exist_ok=True)
+    with lock:
+        return _run_stages(out, items, state, settings, progress, console)
+
+
+def _run_stages(out: Path, items: list[dict], state: dict, settings: ImitateSettings,
+                progress: bool, console) -> dict:  # fmt: skip
+    """Every stage not yet done, in order; the report of the run so far."""
     _save_state(out, state)
     runners = {
         "input": lambda: stage_input(out, items, settings, progress),

@@ -130,6 +130,15 @@ def test_imitate_checks_inputs_before_any_work(tmp_path):
     code, text = _cli("imitate", clip, "--out", tmp_path / "afile" / "sub")
     assert code == 1 and "--out" in text
     assert not out.exists()  # nothing written by any refused run
+    # one writer per directory: a live owner's lock (pid 1 on this host) is respected
+    out.mkdir()
+    (out / ".lock").write_text(json.dumps({"pid": 1, "host": __import__("socket").gethostname()}))
+    code, text = _cli("imitate", clip, "--out", out)
+    assert (
+        code == 1
+        and "in use by pid 1" in text
+        and sorted(p.name for p in out.iterdir()) == [".lock"]
+    )
 
 
 def test_check_inputs_multi_view_needs_a_choice(tmp_path):
