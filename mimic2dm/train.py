@@ -238,10 +238,11 @@ def train(
 ) -> dict:
     """Train (or resume) a tracker run.
 
-    Order (docs/training.md "Run directories"): config, resume and data checks; then the
-    run directory's lock; then a new run refuses a directory holding a run (unless
-    ``overwrite``); only then is anything written. A resumed run's ``config.yaml`` is
-    rewritten once its checkpoint has been restored.
+    Order (docs/training.md "Run directories"): config and resume checks and the checks of
+    existing clips; then the run directory's lock; a new run refuses a directory holding a
+    run (unless ``overwrite``); the ``data`` recipes' clips are made (``RUN_DIR/data``) and
+    checked; only then are ``config.yaml``, TensorBoard and wandb written. A resumed run's
+    ``config.yaml`` is rewritten once its checkpoint has been restored.
 
     Args:
         cfg: composed tracker config (:func:`compose_config`); ``cfg.run_dir`` must be set
