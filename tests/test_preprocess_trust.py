@@ -133,7 +133,8 @@ def test_temporal_terms_skip_steps_across_cut_out_frames():
 @needs_mocap
 @pytest.mark.parametrize("probe", [missing_half, far_outside])
 def test_preprocess_fits_the_trusted_frames_of_the_probe_clips(tmp_path, probe):
-    """Before flagging: camera rotation 76 deg and 65 deg, MPJPE 239 mm on these probes."""
+    """Fitting every observed keypoint (before flagging) gave camera rotation errors of 22 and
+    63 deg and MPJPE 152 and 124 mm on these two probes (3.6 deg, 35 mm on the full clip)."""
     m = _walk()
     gt, clip, report = tmp_path / "gt.npz", tmp_path / "clip.npz", tmp_path / "r.json"
     save_motion2d(m, gt)
