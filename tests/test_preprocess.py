@@ -28,8 +28,9 @@ from mimic2dm.preprocess.camera_init import camera_rotation
 from mimic2dm.preprocess.clipio import VIDEO_FIELDS, strip_clip
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.optimize import PreprocessConfig
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 needs_mocap = pytest.mark.skipif(
     not MOCAP.is_dir(), reason=f"shared mocap clips not found at {MOCAP}"
 )
@@ -362,6 +363,35 @@ def test_root_smoothing_keeps_a_run_from_stalling_along_the_viewing_ray(tmp_path
     # a steady run: the slowest frame is no longer a stall
     assert s_on.min() > 0.5 * np.median(s_on)
     assert s_off.min() < s_on.min()
+
+
+@needs_mocap
+def test_preprocess_reports_its_reprojection_error_without_ground_truth(tmp_path):
+    """Mean / median / max over the fitted keypoints, raw and at 1080p: on a 960x540 copy of
+    the clip the 1080p numbers are twice the raw ones."""
+    m = strip_clip(_synth("cmu_walk", seconds=1.0))
+    m.keypoints, m.image_size = m.keypoints * 0.5, (960, 540)
+    clip, report = tmp_path / "half.npz", tmp_path / "r.json"
+    save_motion2d(m, clip)
+    code, text = _run(["preprocess", str(clip), "--out", str(tmp_path / "out"), "--json", str(report),
+                       "--headings", "2", "--iters", "20", "--no-progress"])  # fmt: skip
+    assert code == 0, text
+    assert "reprojection" in text  # the console table (its columns fold on narrow consoles)
+    r = json.loads(report.read_text())["clips"][0]
+    assert 0.0 < r["reprojection_median_px"] <= r["reprojection_max_px"]
+    assert 0.0 < r["reprojection_mean_px"] <= r["reprojection_max_px"] < 50.0
+    for stat in ("mean", "median", "max"):
+        assert r[f"reprojection_{stat}_px_1080"] == pytest.approx(
+            2.0 * r[f"reprojection_{stat}_px"]
+        )
+    assert r["reprojection_px"] == r["reprojection_mean_px"] and "mpjpe_mm" not in r
+    assert r["fitted_frames"] == r["frames"] == m.num_frames and r["quality"]["problems"] == []
+    # the same numbers from the written clip: its keypoints through its camera
+    est = load_motion2d(out := tmp_path / "out" / "half.npz")
+    uv, _ = project_points(*(torch.as_tensor(x[0, 0]) for x in (est.camera_R, est.camera_t, est.camera_intrinsics)),
+                           torch.as_tensor(est.est_keypoints3d))  # fmt: skip
+    err = np.linalg.norm(uv.numpy() - np.nan_to_num(m.keypoints[0]), axis=-1)[m.mask()[0]]
+    assert err.mean() == pytest.approx(r["reprojection_mean_px"], rel=1e-4), out
 
 
 # ----------------------------------------------------------------------------- bad input
