@@ -9,6 +9,7 @@ reason, where no back-end works.
 """
 
 import os
+import tempfile
 
 import pytest
 import torch
@@ -17,6 +18,9 @@ from mimic2dm.render import gl_backend as probe_gl_backend
 from mimic2dm.render import no_gl_message
 
 os.environ.setdefault("WANDB_MODE", "offline")
+# initial-state fits are cached per test session, not in the user's cache folder: a test
+# never reads a fit that another checkout or an older fit code left behind
+os.environ.setdefault("MIMIC2DM_CACHE", tempfile.mkdtemp(prefix="mimic2dm_test_cache_"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 probe_gl_backend()
 

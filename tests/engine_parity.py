@@ -14,7 +14,6 @@ tolerance in ``TOLERANCE_M``; ``tests/test_engine_parity.py`` runs every registe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import mujoco
 import numpy as np
@@ -30,6 +29,7 @@ from mimic2dm.geometry.rotations import (
     quat_rotate_inverse,
     xyzw_to_wxyz,
 )
+from mimic2dm.utils.paths import mocap_dir
 
 TOLERANCE_M = {"mujoco": 1e-5, "newton": 0.02}
 """Largest keypoint difference (m) after the rollout, per backend. The MuJoCo backend runs
@@ -106,7 +106,7 @@ def standing_case(character: str, seconds: float = 1.0, num_envs: int = 2,
     return ParityCase(character, states, states.dof_pos.expand(steps, n, j).clone(), o)
 
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 """The project's test clips (``/work/shared/data/mocap``)."""
 
 

@@ -2,11 +2,12 @@
 small real view datasets built from them."""
 
 import sys
-from pathlib import Path
 
 import pytest
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+from mimic2dm.utils.paths import mocap_dir
+
+MOCAP = mocap_dir()
 HAVE_MOCAP = (MOCAP / "cmu_walk.npz").is_file()
 needs_mocap = pytest.mark.skipif(not HAVE_MOCAP, reason=f"CMU clips not found in {MOCAP}")
 TINY = ["train.max_steps=6", "train.eval_every=3", "train.ckpt_every=3", "optim.warmup_steps=2"]

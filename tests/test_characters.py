@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import mujoco
 import numpy as np
 import pytest
@@ -16,8 +14,9 @@ from mimic2dm.characters import (
     sensor_layout,
 )
 from mimic2dm.characters import humanoid as H
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 ALL = CHARACTERS.names()
 
 

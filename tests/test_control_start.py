@@ -21,9 +21,10 @@ from mimic2dm.control.start import MATCH_FRAMES, load_start_library, match_start
 from mimic2dm.motion.canonical import to_canonical
 from mimic2dm.motion.format import load_motion2d, save_motion2d
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
+from mimic2dm.utils.paths import mocap_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 needs_mocap = pytest.mark.skipif(not MOCAP.is_dir(), reason=f"no shared mocap at {MOCAP}")
 KSET = load_keypoint_set("coco17")
 

@@ -23,8 +23,9 @@ from mimic2dm.motion.format import (
     save_motion2d,
 )
 from mimic2dm.motion.synth import NOISE_CONF_SCALE, project_view, resample, synthesize_views
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 needs_mocap = pytest.mark.skipif(
     not MOCAP.is_dir(), reason=f"shared mocap clips not found at {MOCAP}"
 )

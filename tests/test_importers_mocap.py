@@ -21,11 +21,12 @@ from mimic2dm.characters import mocap
 from mimic2dm.motion.cli import app
 from mimic2dm.motion.deepmimic import HUMANOID3D_TO_CMU
 from mimic2dm.motion.loaders import Y_UP_TO_Z_UP
+from mimic2dm.utils.paths import shared_dir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deepmimic"
 WALK = FIXTURES / "humanoid3d_walk.txt"
 CHARACTER = FIXTURES / "characters" / "humanoid3d.txt"
-DEEPMIMIC = Path(__file__).resolve().parents[2] / "shared/data/mocap/deepmimic"
+DEEPMIMIC = shared_dir() / "data/mocap/deepmimic"
 needs_deepmimic = pytest.mark.skipif(
     not DEEPMIMIC.is_dir(), reason=f"shared DeepMimic clips not found at {DEEPMIMIC}"
 )

@@ -20,11 +20,12 @@ from mimic2dm.motion.cli import app
 from mimic2dm.motion.format import check_trackable, load_motion2d
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17
 from mimic2dm.motion.video2d import BADJA_TO_DOG17, PENN_TO_COCO17
+from mimic2dm.utils.paths import shared_dir
 
 HERE = Path(__file__).resolve().parent
 AIST_FIXTURE = HERE / "fixtures" / "aistpp" / "gBR_sBM_cAll_d04_mBR0_ch01_c01_2s.pkl"
 BADJA_FIXTURE = HERE / "fixtures" / "badja" / "rs_dog_first20.json"
-VIDEO2D = HERE.parents[1] / "shared" / "data" / "video2d"
+VIDEO2D = shared_dir() / "data" / "video2d"
 needs_video2d = pytest.mark.skipif(
     not VIDEO2D.is_dir(), reason=f"shared 2D keypoint data not found at {VIDEO2D}"
 )

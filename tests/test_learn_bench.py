@@ -10,8 +10,9 @@ import pytest
 from typer.testing import CliRunner
 
 from mimic2dm.cli import app
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+MOCAP = mocap_dir()
 
 
 @pytest.mark.slow

@@ -20,8 +20,9 @@ from mimic2dm.motion.loaders import (
     load_keypoints_json,
     load_mmpose_predictions,
 )
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 K = 17
 
 

@@ -13,8 +13,9 @@ from mimic2dm.cli import app
 from mimic2dm.motion.format import load_motion2d
 from mimic2dm.motion.looping import find_cycle, loop_keypoints
 from mimic2dm.motion.synth import root_trajectory
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+MOCAP = mocap_dir()
 pytestmark = pytest.mark.skipif(not MOCAP.is_dir(), reason=f"{MOCAP} not found")
 
 

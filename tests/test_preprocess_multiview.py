@@ -21,8 +21,9 @@ from mimic2dm.preprocess import lm
 from mimic2dm.preprocess.clipio import strip_clip
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.multiview import heldout_errors
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 needs_mocap = pytest.mark.skipif(
     not MOCAP.is_dir(), reason=f"shared mocap clips not found at {MOCAP}"
 )

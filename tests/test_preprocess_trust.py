@@ -5,7 +5,6 @@ and frames too poor to fit (``mimic2dm.motion.quality``), flagged by ``data chec
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ from mimic2dm.motion.synth import resample, synthesize_views
 from mimic2dm.preprocess import losses as L
 from mimic2dm.preprocess.clipio import strip_clip
 from mimic2dm.preprocess.optimize import expand_frames
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 needs_mocap = pytest.mark.skipif(
     not MOCAP.is_dir(), reason=f"shared mocap clips not found at {MOCAP}"
 )

@@ -40,8 +40,9 @@ from mimic2dm.geometry.rotations import (
     wxyz_to_xyzw,
     xyzw_to_wxyz,
 )
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 HUMAN_CLIPS = ("cmu_walk", "cmu_run", "cmu_hop")
 DOG_CLIPS = ("dog_trot", "dog_pace")
 # Bounds for the dog (metres), explained in docs/characters.md: the mocap dog's

@@ -22,8 +22,9 @@ from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 from mimic2dm.characters import load_character
 from mimic2dm.motion.format import load_motion2d, save_motion2d
 from mimic2dm.motion.synth import synthesize_views
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared" / "data" / "mocap"
+MOCAP = mocap_dir()
 pytestmark = pytest.mark.skipif(
     not (MOCAP / "cmu_walk.npz").is_file(), reason="shared mocap missing"
 )
