@@ -100,6 +100,8 @@ def test_heldout_errors_are_zero_for_the_truth_and_align_another_world():
     assert heldout_errors(other, ref, [1])[0]["reprojection_mean_px"] > 100.0
     r = heldout_errors(other, ref, [1], world_keypoints3d=other)[0]
     assert r["view"] == 1 and r["reprojection_max_px"] < 0.05
+    with pytest.raises(ValueError, match="resample"):
+        heldout_errors(kp[::2], ref, [1])  # e.g. a rollout at the control rate
 
 
 @needs_mocap

@@ -265,7 +265,15 @@ def heldout_errors(
 
     Returns:
         Per view: ``{"view": v, **pixel_errors}`` (mean / median / max px, raw and at 1080p).
+
+    Raises:
+        ValueError: a keypoint array does not have the reference's frame count.
     """
+    T = reference.num_frames
+    for name, x in (("keypoints3d", keypoints3d), ("world_keypoints3d", world_keypoints3d)):
+        if x is not None and x.shape[0] != T:
+            raise ValueError(f"{name} has {x.shape[0]} frames, expected the reference's {T} "
+                             f"(resample it to {reference.fps:g} fps first)")  # fmt: skip
     p = keypoints3d.astype(np.float64)
     if world_keypoints3d is not None:
         A, b = align_ground(
