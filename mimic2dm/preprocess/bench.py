@@ -20,10 +20,10 @@ import numpy as np
 import typer
 from rich.table import Table
 
+from mimic2dm.utils.paths import mocap_dir
 from mimic2dm.utils.reporting import JsonOption, human_console, write_json_report
 
 TARGET_FPS = 30.0
-DEFAULT_CLIP = Path(__file__).resolve().parents[3] / "shared/data/mocap/cmu_walk.npz"
 
 
 def _ping_pong(x: np.ndarray, frames: int) -> np.ndarray:
@@ -38,10 +38,10 @@ def bench_clip(clip: Path | None, seconds: float, fps: float):
     from mimic2dm.motion.synth import resample, synthesize_views
     from mimic2dm.preprocess.clipio import strip_clip
 
-    if clip is not None or DEFAULT_CLIP.is_file():
+    if clip is not None or (mocap_dir() / "cmu_walk.npz").is_file():
         from mimic2dm.characters.clips import load_mocap_keypoints
 
-        k3 = load_mocap_keypoints(clip or DEFAULT_CLIP)
+        k3 = load_mocap_keypoints(clip or (mocap_dir() / "cmu_walk.npz"))
         kp, src_fps = k3.keypoints, k3.fps
     else:
         from mimic2dm.characters.demo_clip import make_demo_clip
