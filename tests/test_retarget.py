@@ -244,3 +244,28 @@ def test_loader_errors_name_file_and_key(tmp_path):
     np.savez(dog, positions=np.zeros((3, 27, 3)), fps=60.0)
     with pytest.raises(KeyError, match=r"bad_dog\.npz.*'joint_names'"):
         load_dog_clip(dog)
+
+
+@pytest.mark.parametrize("name", ["humanoid", "dog"])
+def test_analytic_ik_jacobian_matches_central_differences(name):
+    """The Levenberg-Marquardt Jacobian (one forward kinematics) against the central
+    differences of the residual it linearises (2 P forward kinematics)."""
+    from mimic2dm.characters.retarget import _jacobian, _residual
+
+    spec = load_character(name)
+    g = torch.Generator().manual_seed(0)
+    T, J = 4, len(spec.tree.dof_body)
+    p = torch.cat([torch.randn(T, 3, generator=g), 0.7 * torch.randn(T, 3, generator=g),
+                   0.3 * torch.randn(T, J, generator=g)], -1).double()  # fmt: skip
+    q0 = torch.nn.functional.normalize(torch.randn(T, 4, generator=g), dim=-1).double()
+    target = torch.randn(T, spec.num_keypoints, 3, generator=g).double()
+    eps = 1e-6
+    cols = []
+    for i in range(p.shape[1]):
+        d = torch.zeros_like(p)
+        d[:, i] = eps
+        cols.append(
+            (_residual(spec, p + d, q0, target) - _residual(spec, p - d, q0, target)) / (2 * eps)
+        )
+    numeric = torch.stack(cols, -1)
+    assert torch.allclose(_jacobian(spec, p, q0, target), numeric, atol=1e-6)

@@ -1,4 +1,4 @@
-"""Initial states that first fill the ASI buffers (DESIGN section 7).
+"""Initial states that first fill the ASI buffers (docs/design.md section 7).
 
 Per clip, the first source that applies (``task.initial_state=auto``):
 
@@ -129,6 +129,7 @@ def _fit(kp3d: torch.Tensor, spec, fps: float, level_feet: bool) -> dict[str, to
     target = kp3d.detach().cpu().double()
     q = fit_keypoints(spec, target, iters=25, tol=FIT_TOLERANCE_M)
     # frames stuck in a local minimum (e.g. mid-flip) restart from a converged neighbour
+    tried = torch.full((q.shape[0],), -1, dtype=torch.long)  # the neighbour a frame restarted from
     for _ in range(3):
         err = _frame_error(spec, q, target)
         bad = err > 20 * FIT_TOLERANCE_M
@@ -137,6 +138,14 @@ def _fit(kp3d: torch.Tensor, spec, fps: float, level_feet: bool) -> dict[str, to
         good = torch.nonzero(~bad).flatten()
         bad_idx = torch.nonzero(bad).flatten()
         near = good[(bad_idx[:, None] - good[None]).abs().argmin(1)]
+        # a restart from the same neighbour (whose pose a good frame keeps) gives the same
+        # answer again: only new pairs are solved (most of a long clip the model cannot fit
+        # to 2 cm would otherwise be solved three times over)
+        new = tried[bad_idx] != near
+        if not new.any():
+            break
+        bad_idx, near = bad_idx[new], near[new]
+        tried[bad_idx] = near
         redo = fit_keypoints(spec, target[bad_idx], iters=40, tol=FIT_TOLERANCE_M, init=q[near])
         better = _frame_error(spec, redo, target[bad_idx]) < err[bad_idx]
         q[bad_idx[better]] = redo[better]
@@ -149,7 +158,7 @@ def _fit(kp3d: torch.Tensor, spec, fps: float, level_feet: bool) -> dict[str, to
     return {k: v.float() for k, v in out.items()}
 
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bumped whenever the fit changes, so that no state of an older fit is read back."""
 
 
