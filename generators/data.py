@@ -1,4 +1,4 @@
-"""Windows of canonical 2D motion for the generators (paper 3.4, DESIGN 9).
+"""Windows of canonical 2D motion for the generators (paper 3.4, docs/design.md section 9).
 
 A directory of 2D-motion files (``mimic2dm.motion.format``) becomes a :class:`ClipSet`:
 every view of every file is mapped by ``G`` (:func:`to_canonical`) to per-frame
@@ -37,7 +37,7 @@ from mimic2dm.motion.keypoint_sets import load_keypoint_set
 from mimic2dm.utils.paths import mocap_dir as shared_mocap_dir
 
 REFERENCE_HEIGHT = 1080
-"""Pixel errors are reported at 1080p (DESIGN 1)."""
+"""Pixel errors are reported at 1080p (docs/design.md section 1)."""
 
 DEFAULT_MOCAP_DIR = shared_mocap_dir()
 """The shared mocap clips when this module was imported; builds ask again (``MIMIC2DM_SHARED``)."""
@@ -416,8 +416,8 @@ class ViewDatasetSpec:
         fps: resample the 3D clips to this rate before projecting.
         camera_modes: modes drawn per pair (``static``, ``tracking``, ``dynamic``).
         noise_px, drop_prob: detector noise and dropped keypoints (see ``synth``).
-        elevation_range_deg: camera elevation range of every pair (``None``: DESIGN's
-            ``VirtualCameraConfig`` default, -10 to 35 deg); the controller's follow camera is
+        elevation_range_deg: camera elevation range of every pair (``None``: the
+            ``VirtualCameraConfig`` default of docs/design.md section 1, -10 to 35 deg); the controller's follow camera is
             at 10 deg, and canonical 2D motion seen from another elevation cannot be matched
             by the character seen from 10 deg (docs/control.md).
         min_seconds: a clip shorter than this is looped (its gait cycle repeated with the

@@ -1,4 +1,4 @@
-"""Autoregressive token generator (paper B.5, DESIGN 9), nanoGPT style.
+"""Autoregressive token generator (paper B.5, docs/design.md section 9), nanoGPT style.
 
 A causal transformer (4 layers, 4 heads, width 128, learned absolute positions) over
 motion-token indices. Position 0 holds a condition embedding (the label's, or zeros

@@ -1,4 +1,4 @@
-"""VQ-VAE motion tokenizer (paper B.4, DESIGN 9).
+"""VQ-VAE motion tokenizer (paper B.4, docs/design.md section 9).
 
 A 1D convolutional encoder maps normalised canonical windows ``[B, T, D]`` (plus the
 keypoint mask ``[B, T, K]`` as input channels) to latents ``[B, T / l, C]`` with

@@ -115,7 +115,7 @@ def eval_cmd(
         None, help="Rendered rollout with the reference drawn over it (.mp4)."
     ),
 ) -> None:
-    """Run a tracker deterministically over every clip and view; report DESIGN-10 metrics."""
+    """Run a tracker deterministically over every clip and view; report metrics of docs/design.md section 10."""
     from mimic2dm.eval import check_outputs, evaluate, parse_views
 
     try:

@@ -3,7 +3,7 @@
 1. Train the view-agnostic 2D tracker (rl-games PPO, MuJoCo on CPU, in-process envs) on
    the project's own demo clip (a keyframed humanoid motion projected to one static
    view, made on the fly) for a few minutes, with wandb (offline) and TensorBoard logs.
-2. Evaluate the last checkpoint deterministically on the clip: DESIGN-10 metrics as
+2. Evaluate the last checkpoint deterministically on the clip: metrics of docs/design.md section 10 as
    JSON, an overlay picture of reference vs projected keypoints, and a rendered video
    (skipped, and said so, where no OpenGL back-end works: :func:`mimic2dm.render.gl_backend`).
 3. Evaluate the same network freshly initialised (the untrained baseline) the same way.

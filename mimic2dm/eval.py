@@ -1,7 +1,7 @@
 """``mimic2dm eval``: run a trained policy deterministically and report its task's metrics.
 
 Task-agnostic: the checkpoint names its task, and the task's registry entry evaluates
-(for ``tracking2d``: every clip and view, DESIGN-10 metrics; see
+(for ``tracking2d``: every clip and view, metrics of docs/design.md section 10; see
 :mod:`mimic2dm.tasks.tracking2d.evaluation`).
 """
 

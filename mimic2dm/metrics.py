@@ -1,4 +1,4 @@
-"""Evaluation metrics of paper 4.1 (DESIGN section 10), as pure tensor functions.
+"""Evaluation metrics of paper 4.1 (docs/design.md section 10), as pure tensor functions.
 
 Pixel metrics are reported at 1920x1080: errors measured on an image of height ``H``
 are rescaled by ``1080 / H`` so thresholds and numbers compare across resolutions.

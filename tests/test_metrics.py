@@ -1,4 +1,4 @@
-"""Known-answer tests of the evaluation metrics (DESIGN section 10)."""
+"""Known-answer tests of the evaluation metrics (docs/design.md section 10)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Adaptive state initialisation (DESIGN 7, issue 10 section 3): normalised scores with a
+"""Adaptive state initialisation (docs/design.md section 7, issue 10 section 3): normalised scores with a
 diverse softmax, first-fill states kept until replaced, rescoring, start-frame rules."""
 
 import math

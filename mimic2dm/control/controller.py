@@ -1,5 +1,5 @@
 """The hierarchical controller: generator -> ``G^-1`` -> streaming reference -> frozen
-tracker -> engine, one control step at a time (paper 3.4, DESIGN 9).
+tracker -> engine, one control step at a time (paper 3.4, docs/design.md section 9).
 
 Every ``chunk_frames`` control steps (and at a skill switch) a chunk starts: the follow
 cameras are re-placed on the character's 3D root, the next generated frames are

@@ -1,5 +1,5 @@
 """Generated 2D motion as the tracker's reference: follow cameras, ``G^-1`` placement and
-re-anchoring (paper 3.4, DESIGN 9).
+re-anchoring (paper 3.4, docs/design.md section 9).
 
 Canonical motion carries no camera. The controller gives it one: ``V`` virtual pinhole
 cameras that follow the simulated character (:class:`FollowCamera`, views ``v`` at

@@ -1,7 +1,7 @@
 """Start states for controlled runs: the physical state that best matches the first
 generated frames (``mimic2dm control --start-states CLIP``).
 
-A tracker learns from states of its reference clips (ASI, DESIGN 7); it never starts from
+A tracker learns from states of its reference clips (ASI, docs/design.md section 7); it never starts from
 the default standing pose while its reference already walks. A controlled run that starts
 there falls within about a second and a half, even when the "generated" motion is a real
 clip replayed (docs/control.md). So the controller can start from a library of physical

@@ -1,4 +1,4 @@
-"""Pinhole cameras with static or per-frame (dynamic) parameters (DESIGN section 1).
+"""Pinhole cameras with static or per-frame (dynamic) parameters (docs/design.md section 1).
 
 World frame is z-up; camera frame is OpenCV (x right, y down, z forward).
 A camera maps world points ``p`` to camera points ``R p + t`` and then to pixels
@@ -175,7 +175,7 @@ class Camera:
 
 
 def pixel_threshold(threshold_px_at_1080: float, image_height: int) -> float:
-    """Rescale a pixel threshold stated at 1920x1080 to an image of ``image_height`` (DESIGN 1)."""
+    """Rescale a pixel threshold stated at 1920x1080 to an image of ``image_height`` (docs/design.md section 1)."""
     return threshold_px_at_1080 * image_height / 1080.0
 
 

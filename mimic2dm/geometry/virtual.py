@@ -1,4 +1,4 @@
-"""Random virtual cameras for synthetic views (DESIGN section 1).
+"""Random virtual cameras for synthetic views (docs/design.md section 1).
 
 Three kinds, all looking at the character's root:
 - ``static``: one extrinsic for the whole clip, aimed at the middle of the root path;
@@ -21,7 +21,7 @@ CAMERA_MODES = ("static", "tracking", "dynamic")
 
 @dataclass
 class VirtualCameraConfig:
-    """Sampling ranges; defaults are DESIGN section 1."""
+    """Sampling ranges; defaults are docs/design.md section 1."""
 
     width: int = 1920
     height: int = 1080

@@ -1,4 +1,4 @@
-"""Canonical 2D motion ``G`` and its inverse (paper 3.4, DESIGN section 9).
+"""Canonical 2D motion ``G`` and its inverse (paper 3.4, docs/design.md section 9).
 
 Global 2D motion ``x [T, K, 2]`` (pixels) is split into
 - a per-frame root ``r_t`` (mean of the keypoint set's root keypoints) and a robust

@@ -81,7 +81,7 @@ def _range(text: str, option: str, positive: bool) -> tuple[float, float]:
 
 
 def _camera_config(*, distance: str | None, focal: str | None, elevation: str | None):
-    """DESIGN 1's camera ranges, narrowed by the ``data synth`` camera options (or None)."""
+    """The camera ranges of docs/design.md section 1, narrowed by the ``data synth`` camera options (or None)."""
     from mimic2dm.geometry.virtual import VirtualCameraConfig
 
     ranges = {}
@@ -152,7 +152,7 @@ def synth(
 ) -> None:
     """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras).
 
-    Cameras are drawn from DESIGN 1's ranges; ``--distance``, ``--focal`` and ``--elevation``
+    Cameras are drawn from the ranges of docs/design.md section 1; ``--distance``, ``--focal`` and ``--elevation``
     narrow them, e.g. ``--distance 5 --focal 1400 --elevation 10 --camera tracking`` is the
     follow camera of ``mimic2dm control`` (azimuth stays random).
 

@@ -5,7 +5,7 @@ Both are ``.npz`` archives (no pickle) with a ``format_version`` and a ``kind``
 :class:`MotionFormatError` naming the file, the field and what was expected.
 
 2D clips (:class:`Motion2D`) hold ``V`` synchronised views of ``T`` frames of ``K``
-keypoints in pixels, with a confidence per keypoint (DESIGN 2: below 0.3 is masked).
+keypoints in pixels, with a confidence per keypoint (docs/design.md section 2: below 0.3 is masked).
 A keypoint may be NaN only where its confidence is 0. Optional: an object track
 (ball centre / box with its own confidence), per-view cameras (static ``F = 1`` or one
 per frame ``F = T``), 3D ground truth, per-clip labels and free-form ``meta``.
@@ -31,7 +31,7 @@ FORMAT_VERSION = 1
 """Version written by :func:`save_motion2d` / :func:`save_motion3d`; the only one read."""
 
 CONFIDENCE_THRESHOLD = 0.3
-"""DESIGN 2: keypoints with a lower confidence are masked out everywhere."""
+"""docs/design.md section 2: keypoints with a lower confidence are masked out everywhere."""
 
 MEMORY = "<memory>"
 """Source name used in errors about objects that were not read from a file."""

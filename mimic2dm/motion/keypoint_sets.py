@@ -21,7 +21,7 @@ class KeypointSet:
     Attributes:
         name: registry name (stored in every 2D-motion file).
         names: keypoint names in order, length ``K``.
-        root: indices averaged into the 2D root (DESIGN 9: hip midpoint / body centre).
+        root: indices averaged into the 2D root (docs/design.md section 9: hip midpoint / body centre).
         scale_segments: segments whose mean 2D length is the per-frame body size.
         edges: pairs of indices drawn as bones.
         flip: left/right index pairs (for mirroring augmentations).

@@ -1,4 +1,4 @@
-"""Synthetic 2D clips: 3D keypoints seen through virtual cameras (DESIGN 1).
+"""Synthetic 2D clips: 3D keypoints seen through virtual cameras (docs/design.md section 1).
 
 Used by ``mimic2dm data synth`` and the demo clip. The output keeps the 3D ground truth
 and the cameras, so every synthetic clip can be reprojected and scored in 3D.
@@ -123,7 +123,7 @@ def synthesize_views(
         drop_prob: probability of dropping a keypoint (confidence 0).
         object3d: optional ``[T, 3]`` object (ball) positions, projected to ``object_center``.
         object_radius: the object is a sphere of this radius (m): also write ``object_box``.
-        camera_config: sampling ranges (default DESIGN 1: 1920x1080).
+        camera_config: sampling ranges (default docs/design.md section 1: 1920x1080).
         labels, meta: stored in the clip (``meta`` gains the synthesis settings).
 
     Returns:

@@ -2,7 +2,7 @@
 
 :func:`fill_and_smooth` works per keypoint on ``[T, K, D]`` tracks with confidences:
 
-1. *observed* = confidence >= threshold (0.3, DESIGN 2) and finite;
+1. *observed* = confidence >= threshold (0.3, docs/design.md section 2) and finite;
 2. observed frames are smoothed by confidence-weighted local linear regression with a
    Gaussian window: a low-confidence detection pulls less, and constant-velocity motion
    is kept exactly (also at the ends of a run, where a plain average would lag);

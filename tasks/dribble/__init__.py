@@ -2,7 +2,7 @@
 keypoints *and* the ball centre of a reference clip while a size-5 ball is simulated.
 
 Built on :mod:`mimic2dm.tasks.tracking2d` (subclass, same rewards, same evaluation): the ball
-centre is a 2D point observed beside the keypoints, ``obj`` is rewarded (DESIGN 3) and a
+centre is a 2D point observed beside the keypoints, ``obj`` is rewarded (docs/design.md section 3) and a
 ball-lost termination is added. See docs/tasks.md.
 """
 

@@ -6,7 +6,7 @@ What it adds to the tracker (nothing is copied; the tracker's hooks are extended
   simulated ball beside its own keypoints and the reference ball beside the reference
   keypoints, normalised like them and masked where the reference does not see the ball
   (:meth:`view_points`); optionally the ball's simulated state (:meth:`_proprioception`);
-- reward: the tracker's ``obj`` term (DESIGN 3) on the 2D ball-centre error, present here
+- reward: the tracker's ``obj`` term (docs/design.md section 3) on the 2D ball-centre error, present here
   because the engine simulates the ball and the clip carries its 2D track;
 - termination ``ball_lost``: the ball's 2D error beyond ``ball_lost_frac x H`` for
   ``ball_lost_steps`` consecutive steps.

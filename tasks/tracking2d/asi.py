@@ -1,4 +1,4 @@
-"""Adaptive state initialisation (paper 3.3, Algorithm 1 as reconstructed in DESIGN 7).
+"""Adaptive state initialisation (paper 3.3, Algorithm 1 as reconstructed in docs/design.md section 7).
 
 One buffer of ``M`` full simulation states per reference frame. Buffers start filled
 with initial poses (from preprocessing or a default pose) whose score is unknown; they

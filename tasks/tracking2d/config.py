@@ -1,4 +1,4 @@
-"""Settings of the ``tracking2d`` task (``conf/task/tracking2d.yaml``; DESIGN sections 3-7)."""
+"""Settings of the ``tracking2d`` task (``conf/task/tracking2d.yaml``; docs/design.md sections 3-7)."""
 
 from __future__ import annotations
 

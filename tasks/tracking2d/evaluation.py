@@ -3,7 +3,7 @@
 Each evaluation sequence is one clip seen through ``V`` of its views (``V = 1``: every
 view in turn; ``V >= 2``: 3D tracking by view aggregation, views ``v, v+1, ...``). The
 policy runs from the clip's first frame to its last with no early termination, and the
-DESIGN-10 metrics are computed on the whole sequence.
+The metrics of docs/design.md section 10 are computed on the whole sequence.
 """
 
 from __future__ import annotations

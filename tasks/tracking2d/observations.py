@@ -1,4 +1,4 @@
-"""Observations of the view-agnostic tracker (DESIGN section 4) as pure tensor functions.
+"""Observations of the view-agnostic tracker (docs/design.md section 4) as pure tensor functions.
 
 No camera parameter ever reaches the policy: 2D coordinates are normalised image
 coordinates ``((u - cx) / fx, (v - cy) / fy)`` taken relative to the character's own

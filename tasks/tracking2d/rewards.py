@@ -1,4 +1,4 @@
-"""Reprojection rewards (DESIGN section 3) as pure tensor functions.
+"""Reprojection rewards (docs/design.md section 3) as pure tensor functions.
 
 Errors are normalised by the image height ``H`` so the rewards are resolution-free;
 masked keypoints (confidence < threshold) are excluded from every term. Velocities are
@@ -49,7 +49,7 @@ def check_scales(scales: dict[str, float], terms) -> None:
 
 @dataclass
 class RewardConfig:
-    """Term weights (``scales``) and sharpness of the reward terms (DESIGN 3).
+    """Term weights (``scales``) and sharpness of the reward terms (docs/design.md section 3).
 
     A term missing from ``scales`` has weight 0 (it is still computed and logged).
 

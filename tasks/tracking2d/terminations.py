@@ -1,4 +1,4 @@
-"""Early termination (DESIGN section 6) as pure tensor functions."""
+"""Early termination (docs/design.md section 6) as pure tensor functions."""
 
 from __future__ import annotations
 
