@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's experiments end to end from a trained tracker run (docs/control.md, docs/results/):
+# The hierarchical-control experiments end to end from a trained tracker run (docs/control.md, docs/results/):
 # generators (FID extractor, tokenizer, GPT, diffusion), Table 3 (GPT vs diffusion in the loop on
 # the same tracker and seeds), the two-view experiment (tracker rollouts -> two-view GPT -> the
 # tracker aggregating both generated views), videos, and the markdown table. Generators train on

@@ -1,4 +1,4 @@
-"""Issue 11's preprocessing accuracy grid (docs/preprocess.md): single static views of the
+"""The preprocessing accuracy grid (docs/preprocess.md): single static views of the
 shared mocap clips, each made by `mimic2dm data synth`, stripped by `mimic2dm data strip`,
 fitted by `fit_clip` and scored against the unstripped clip by `report.accuracy`.
 

@@ -136,7 +136,7 @@ def test_control_e2e_script_runs_every_experiment_at_a_tiny_scale(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
 def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_path):
-    """`cluster/compare_baselines.sh BUDGET OUT OVERRIDES` with `METHODS` (issue 11's Table 1):
+    """`cluster/compare_baselines.sh BUDGET OUT OVERRIDES` with `METHODS` (paper Table 1):
     synth -> strip -> preprocess, a 2D run from the preprocessed clip and a 3D-GT run, each
     for the budget, then `mimic2dm compare` over the rows that were trained."""
     shared = ROOT.parent / "shared"

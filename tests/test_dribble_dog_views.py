@@ -1,4 +1,4 @@
-"""Issue 12 tasks: the ``dribble`` task (ball observed, rewarded, lost), dog fall detection
+"""Tasks beyond the 2D tracker: the ``dribble`` task (ball observed, rewarded, lost), dog fall detection
 on the real engine, multi-view evaluation and ``init_from`` fine-tuning with more views."""
 
 from __future__ import annotations

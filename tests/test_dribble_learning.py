@@ -1,4 +1,4 @@
-"""A CI-sized learning test of the ``dribble`` task (issue 12): a short PPO run on a synthetic
+"""A CI-sized learning test of the ``dribble`` task: a short PPO run on a synthetic
 dribble of cmu_run collects more object (ball) reward per episode than the untrained network,
 in deterministic rollouts from the same starts.
 

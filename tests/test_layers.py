@@ -1,4 +1,4 @@
-"""The import graph follows the layer table (docs/layout.md, issue 9 section 4).
+"""The import graph follows the layer table (docs/layout.md).
 
 Every module of ``mimic2dm`` (with ``tasks/`` and ``generators/`` installed as
 ``mimic2dm.tasks`` / ``mimic2dm.generators``) is parsed with ``ast``; every import counts,
@@ -81,7 +81,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
 }
 
-# Violations added by work in progress at the time of the layering change (issue 9), each
+# Violations added by work in progress at the time of the layering change, each
 # with the fix it needs; tolerated here so the rest is enforced, and reported as stale (so
 # it is removed) as soon as the import is gone.
 PENDING: dict[tuple[str, str], str] = {}

@@ -41,7 +41,7 @@ def test_legacy_checkpoint_evaluates_with_the_numbers_of_its_time():
     st = rollout_stats(
         p, dataclasses.replace(p.env_spec, data=(str(CLIP),)), num_envs=4, steps=20, seed=0
     )
-    # the velocity and regulariser terms were redefined since (issue 10: velocities in image
+    # the velocity and regulariser terms were redefined since (velocities in image
     # heights per second, a regulariser that varies across policies), and the total with them;
     # the episodes and the position term are what that checkpoint produced then
     redefined = {"reward", "reward/vel", "reward/reg"}

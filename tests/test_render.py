@@ -127,7 +127,7 @@ def test_overlay_picture_has_a_legend():
 @pytest.mark.slow
 def test_demo_completes_without_any_gl_and_says_it_skips_the_video(tmp_path):
     """`mimic2dm demo` where no GL back-end works: exit 0, the reports and picture written,
-    no rollout.mp4, and the console says the video is skipped (issue 8, section 1)."""
+    no rollout.mp4, and the console says the video is skipped."""
     out = tmp_path / "demo"
     res = _run(["-m", "mimic2dm.cli", "demo", "--out", str(out), "--minutes", "0.05", "--num-envs", "8"],
                _child_env(PYOPENGL_PLATFORM="glx", WANDB_MODE="offline"), timeout=600)  # fmt: skip

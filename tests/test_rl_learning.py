@@ -50,7 +50,7 @@ ABSOLUTE_LEVEL_PX = 70.0
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a fixed number of epochs: 3-5 min alone, 10+ min on a busy machine
 def test_last_checkpoint_reaches_an_absolute_level_on_a_short_walk(tmp_path):
-    """Issue 10 section 7: the default config, a fixed sample budget, the **last** checkpoint
+    """The learning target: the default config, a fixed sample budget, the **last** checkpoint
     evaluated deterministically from the clip's first frame (as `mimic2dm eval` does)."""
     from generator_helpers import HAVE_MOCAP, MOCAP
 

@@ -1,4 +1,4 @@
-"""Adaptive state initialisation (docs/design.md section 7, issue 10 section 3): normalised scores with a
+"""Adaptive state initialisation (docs/design.md section 7): normalised scores with a
 diverse softmax, first-fill states kept until replaced, rescoring, start-frame rules."""
 
 import math
@@ -162,7 +162,7 @@ def test_state_dict_round_trip_and_older_checkpoints():
     old = {k: buf.state_dict()[k] for k in ("states", "scores", "start_counts")} | {
         "replacements": 4
     }
-    other.load_state_dict(old)  # code before issue 10 stored only these
+    other.load_state_dict(old)  # older checkpoints stored only these
     assert (
         other.replacements == 4 and other.iteration == 0 and other.scored_at[1].tolist() == [0, 0]
     )

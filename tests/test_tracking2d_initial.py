@@ -1,4 +1,4 @@
-"""Initial states of the tracking task from 3D poses (issue 10 section 2): the reference's own
+"""Initial states of the tracking task from 3D poses: the reference's own
 pose fitted by IK, preprocessed states first, the default pose without 3D; evaluation and
 training start from them."""
 

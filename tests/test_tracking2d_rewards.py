@@ -1,5 +1,5 @@
 """Reward terms on real motion (cmu_walk seen by a static virtual camera) and Yu et al.
-2021's two 2D cues. Values measured when the defaults were set (issue 10), seed-0 camera:
+2021's two 2D cues. Values measured when the defaults were set, seed-0 camera:
 
     case        pos    vel    (vel with the old per-frame alpha 400)
     reference   1.00   1.00   1.00

@@ -99,7 +99,7 @@ GAINS: dict[str, tuple[float, float, float]] = {
     "ankle": (600.0, 60.0, 200.0),
 }
 
-# The ``humanoid_amp`` variant (issue 10 section 4): gains close to the AMP-style humanoid
+# The ``humanoid_amp`` variant: gains close to the AMP-style humanoid
 # with light armature (docs/characters.md). The ankles keep 600/60: at AMP's 400/40 this
 # body does not stand with zero targets (the inverted-pendulum bound above).
 AMP_GAINS: dict[str, tuple[float, float, float]] = {

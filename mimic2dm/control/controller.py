@@ -54,7 +54,7 @@ class ControlSettings:
     Attributes:
         seconds: simulated time; skill: first condition label (None: unconditional).
         switches: ``[(time_s, skill)]`` label changes (each starts a new chunk).
-        chunk_frames: control steps between re-anchoring (8; until session 28, 32: real and
+        chunk_frames: control steps between re-anchoring (8 rather than 32: real and
             generated walks stay up more often and stay nearer their reference with 8,
             docs/control.md).
         seed: generator sampling and camera azimuth (when ``camera.azimuth_deg`` is None).
