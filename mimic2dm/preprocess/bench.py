@@ -5,7 +5,7 @@ when it is absent) resampled to ``--fps`` and played forwards and backwards unti
 lasts ``--seconds``, seen by one static virtual camera, stripped. Measured in the same
 run, interleaved (best of ``--repeats``): the full preprocessing (every heading
 hypothesis) and, as the baseline, the same with a single hypothesis; the table gives
-frames/s, the ratio between the two and the ratio to the issue's target (30 frames/s).
+frames/s, the ratio between the two and the ratio to the target (30 frames/s).
 One torch thread by default: the batches are small, and on the shared 2-core machines
 a second intra-op thread made it 20x slower (measured 2026-11-30).
 """

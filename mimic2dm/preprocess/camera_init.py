@@ -26,7 +26,7 @@ from mimic2dm.motion.keypoint_sets import KeypointSet
 
 DEFAULT_FOV_DEG = 69.0
 """Horizontal field of view assumed when the focal is unknown: a phone's main camera
-(26 mm equivalent). At 1920x1080 it gives 1398 px, the middle of DESIGN 1's range."""
+(26 mm equivalent). At 1920x1080 it gives 1398 px, the middle of the range of docs/design.md section 1."""
 
 
 def default_focal(width: int, height: int, fov_deg: float = DEFAULT_FOV_DEG) -> float:

@@ -48,7 +48,7 @@ LIMB_FLIPS = ("refine", "both", "none")
 class PreprocessConfig:
     """Settings of :func:`fit_clip` (defaults used by ``mimic2dm preprocess``).
 
-    Scales: ``sigma_px`` is stated at 1080 px image height and rescaled (DESIGN 1).
+    Scales: ``sigma_px`` is stated at 1080 px image height and rescaled (docs/design.md section 1).
     """
 
     camera: str = "static"

@@ -4,7 +4,7 @@
 
 - hands the critic's (denormalised) values of every observation back to the envs
   (``vec_env.observe_values``) right after computing them, for adaptive state
-  initialisation (DESIGN 7);
+  initialisation (docs/design.md section 7);
 - updates the network's observation normalisers once per epoch from the rollout;
 - with a vecenv of several env groups (``train.env_groups``, or Ray actors with
   ``ray.pipeline``) runs a pipelined rollout: one group's actions and step bookkeeping are

@@ -40,7 +40,7 @@ SPEC_TASK_KEYS = ("name", "control_hz", "objects")
 
 @dataclass
 class NetworkConfig:
-    """View-aggregation actor-critic (DESIGN 5): ``head(mean_v(encoder(prop, view_v)))``."""
+    """View-aggregation actor-critic (docs/design.md section 5): ``head(mean_v(encoder(prop, view_v)))``."""
 
     encoder_units: list[int] = field(default_factory=lambda: [512])
     head_units: list[int] = field(default_factory=lambda: [256, 256])

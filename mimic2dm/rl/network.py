@@ -1,4 +1,4 @@
-"""View-aggregation actor-critic for rl-games (DESIGN section 5).
+"""View-aggregation actor-critic for rl-games (docs/design.md section 5).
 
 An observation is ``[prop | view_1 | ... | view_V]`` (the task's ``obs_layout``). Each
 view is encoded together with the proprioception, the encodings are averaged over views
