@@ -208,7 +208,9 @@ def test_elevation_range_fixes_every_cameras_elevation(tmp_path):
         load_motion2d(f).camera_R[:, 0, 2, 2]
         for f in build_view_dataset(tmp_path / "free", ViewDatasetSpec(**kw), MOCAP)
     ]
-    assert np.ptp(np.degrees(np.arcsin(-np.concatenate(free)))) > 1.0  # the range of docs/design.md section 1 otherwise
+    assert (
+        np.ptp(np.degrees(np.arcsin(-np.concatenate(free)))) > 1.0
+    )  # the range of docs/design.md section 1 otherwise
     assert (
         ViewDatasetSpec().digest() == "030b06e19f1ac3ba"
         and spec.digest() != ViewDatasetSpec(**kw).digest()
