@@ -14,11 +14,10 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from importer_helpers import assert_refused, invoke
 from scipy.spatial.transform import Rotation
-from typer.testing import CliRunner
 
 from mimic2dm.characters import mocap
-from mimic2dm.motion.cli import app
 from mimic2dm.motion.deepmimic import HUMANOID3D_TO_CMU
 from mimic2dm.motion.loaders import Y_UP_TO_Z_UP
 from mimic2dm.utils.paths import shared_dir
@@ -30,21 +29,6 @@ DEEPMIMIC = shared_dir() / "data/mocap/deepmimic"
 needs_deepmimic = pytest.mark.skipif(
     not DEEPMIMIC.is_dir(), reason=f"shared DeepMimic clips not found at {DEEPMIMIC}"
 )
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_refused(res, out: Path, *words: str) -> None:
-    """Exit 1, one ``error:`` line naming ``words`` (file, field...), and no file written."""
-    assert res.exit_code == 1, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    assert not out.exists() and not list(out.parent.glob(f".{out.name}*"))
 
 
 # ----------------------------------------------------------------------------- DeepMimic

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.io
-from typer.testing import CliRunner
+from importer_helpers import assert_refused, invoke
 
-from mimic2dm.motion.cli import app
 from mimic2dm.motion.format import check_trackable, load_motion2d
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17
 from mimic2dm.motion.video2d import BADJA_TO_DOG17, PENN_TO_COCO17
@@ -29,21 +28,6 @@ VIDEO2D = shared_dir() / "data" / "video2d"
 needs_video2d = pytest.mark.skipif(
     not VIDEO2D.is_dir(), reason=f"shared 2D keypoint data not found at {VIDEO2D}"
 )
-runner = CliRunner()
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(a) for a in args])
-
-
-def assert_refused(res, out: Path, *words: str) -> None:
-    """Exit 1, one ``error:`` line naming ``words`` (file, field...), and no file written."""
-    assert res.exit_code == 1, res.output
-    lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), res.output
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    assert not out.exists() and not list(out.parent.glob(f".{out.name}*"))
 
 
 def _aist_data() -> dict[str, np.ndarray]:
