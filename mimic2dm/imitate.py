@@ -207,23 +207,9 @@ def _check_writable(out: Path) -> None:
 # ---------------------------------------------------------------------------- stages
 def _select_views(m, views: list[int] | None):
     """The clip with only ``views`` (in that order), as a video gives it."""
-    import numpy as np
+    from mimic2dm.preprocess.clipio import select_views, strip_clip
 
-    from mimic2dm.motion.format import Motion2D
-    from mimic2dm.preprocess.clipio import strip_clip
-
-    if views is None or list(views) == list(range(m.num_views)):
-        sel = m
-    else:
-        parts = [m.view(v) for v in views]
-        kw = {"keypoints": np.concatenate([p.keypoints for p in parts]),
-              "confidence": np.concatenate([p.confidence for p in parts])}  # fmt: skip
-        for name in ("object_center", "object_box", "object_confidence"):
-            if getattr(m, name) is not None:
-                kw[name] = np.concatenate([getattr(p, name) for p in parts])
-        sel = Motion2D(keypoint_set=m.keypoint_set, fps=m.fps, image_size=m.image_size,
-                       labels=dict(m.labels), meta=dict(m.meta), **kw)  # fmt: skip
-    return strip_clip(sel, m.meta.get("source"))
+    return strip_clip(select_views(m, views) if views else m, m.meta.get("source"))
 
 
 def stage_input(out: Path, items: list[dict], s: ImitateSettings, progress: bool) -> dict:

@@ -8,7 +8,6 @@ Exit codes: 0 success, 1 invalid input (the message names file, field, expectati
 
 from __future__ import annotations
 
-from dataclasses import fields
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +23,7 @@ from mimic2dm.motion.format import (
     save_motion3d,
 )
 from mimic2dm.motion.quality import assess
+from mimic2dm.preprocess.clipio import select_views
 from mimic2dm.utils.reporting import JsonOption, human_console, write_json_report
 
 
@@ -48,20 +48,6 @@ def _views(m: Motion2D, path: Path, view: int | None, views: str | None) -> list
         _fail(f"--view(s) {views if views is not None else view}: {path} has views 0..{m.num_views - 1}, "
               "expected distinct indices among them")  # fmt: skip
     return ids
-
-
-def _select(m: Motion2D, ids: list[int]) -> Motion2D:
-    """The clip with views ``ids`` only (in that order)."""
-    if ids == list(range(m.num_views)):
-        return m
-    s = [m.view(v) for v in ids]
-    per_view = ("keypoints", "confidence", "object_center", "object_box", "object_confidence",
-                "camera_R", "camera_t", "camera_intrinsics")  # fmt: skip
-    kw = {f.name: getattr(s[0], f.name) for f in fields(Motion2D)}
-    for name in per_view:
-        if kw[name] is not None:
-            kw[name] = np.concatenate([getattr(x, name) for x in s])
-    return Motion2D(**kw)
 
 
 def _check_gt(gt: Motion2D, gt_path: Path, clip: Motion2D, clip_path: Path, ids: list[int]) -> None:
@@ -105,7 +91,7 @@ def _load(path: Path, gt_path: Path | None, ref_path: Path | None, view, views, 
     except MotionFormatError as e:
         _fail(str(e))
     ids = _views(full, path, view, views)
-    m = _select(full, ids)
+    m = select_views(full, ids)
     if m.keypoint_set != spec.keypoint_set:
         _fail(f"{path}: field 'keypoint_set' is {m.keypoint_set!r}, expected {spec.keypoint_set!r} "
               f"for --character {spec.name}")  # fmt: skip

@@ -39,6 +39,20 @@ def strip_clip(m: Motion2D, source: str | None = None) -> Motion2D:
     return Motion2D(**kw)
 
 
+def select_views(m: Motion2D, ids: list[int]) -> Motion2D:
+    """The clip with views ``ids`` only (in that order); 3D data is shared."""
+    if list(ids) == list(range(m.num_views)):
+        return m
+    s = [m.view(v) for v in ids]
+    per_view = ("keypoints", "confidence", "object_center", "object_box", "object_confidence",
+                "camera_R", "camera_t", "camera_intrinsics")  # fmt: skip
+    kw = {f.name: getattr(s[0], f.name) for f in fields(Motion2D)}
+    for name in per_view:
+        if kw[name] is not None:
+            kw[name] = np.concatenate([getattr(x, name) for x in s])
+    return Motion2D(**kw)
+
+
 def preprocessed_clip(m: Motion2D, fit, character: str, meta: dict[str, Any]) -> Motion2D:
     """``m`` stripped, plus the estimates of ``fit`` (:class:`~mimic2dm.preprocess.optimize.FitResult`).
 
