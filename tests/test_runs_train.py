@@ -18,6 +18,7 @@ from rl_helpers import TINY, tiny_config, write_demo
 
 from mimic2dm.train import compose_config, train
 from mimic2dm.utils.checkpoint import atomic_torch_save, load_checkpoint
+from mimic2dm.utils.paths import mocap_dir
 from mimic2dm.utils.run_logging import save_resolved_config
 from mimic2dm.utils.rundir import LOCK_NAME, RunDirError
 
@@ -303,6 +304,10 @@ def test_a_clip_of_another_keypoint_set_is_refused_before_any_directory(tmp_path
     assert "data.clips[1].file" in line and not run.exists()
 
 
+@pytest.mark.skipif(
+    not (mocap_dir() / "dog_trot.npz").is_file(),
+    reason=f"the dog mocap (CC BY-NC, not shipped) is not at {mocap_dir()}",
+)
 def test_a_made_clip_is_checked_before_config_tb_and_wandb(tmp_path, dog_clip):
     from mimic2dm.utils.validate import ConfigError
 
