@@ -1,5 +1,6 @@
-"""A checkpoint written by the code before task registries (tests/data/legacy_ckpt, made at
-git d414f41 by a 2-epoch tiny run) still loads, evaluates and rolls out with the same numbers."""
+"""A tracker checkpoint of an older tracking task (tests/data/legacy_ckpt: a 2-epoch tiny run,
+converted from checkpoint format 1 by scripts/convert_legacy_checkpoint.py) loads, evaluates
+and rolls out with the numbers it had; an unconverted checkpoint is refused by name."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from mimic2dm.tasks.registry import make_task
 
 from mimic2dm.eval import evaluate
 from mimic2dm.rl.envstate import load_task_state
-from mimic2dm.rl.policy import load_policy, rollout_stats
-from mimic2dm.utils.checkpoint import load_checkpoint
+from mimic2dm.rl.policy import CHECKPOINT_VERSION, load_policy, rollout_stats
+from mimic2dm.utils.checkpoint import atomic_torch_save, load_checkpoint
 
 DATA = Path(__file__).parent / "data" / "legacy_ckpt"
-CKPT, CLIP = DATA / "tracker_v1.pt", DATA / "clip.npz"
+CKPT, CLIP = DATA / "tracker.pt", DATA / "clip.npz"
 EXPECTED = json.loads((DATA / "expected.json").read_text())
 
 
@@ -64,3 +65,23 @@ def test_legacy_env_state_restores_into_todays_task():
     obs = task.observe()
     assert obs.shape == (snap["num_envs"], task.obs_dim)
     task.close()
+
+
+def test_a_checkpoint_of_another_format_version_is_refused_by_name(tmp_path):
+    ck = load_checkpoint(CKPT)
+    assert ck["meta"]["format_version"] == CHECKPOINT_VERSION == 2
+    old = {
+        **ck,
+        "version": 1,
+        "meta": {k: v for k, v in ck["meta"].items() if k != "format_version"},
+    }
+    atomic_torch_save(old, tmp_path / "v1.pt")
+    with pytest.raises(ValueError) as e:
+        load_policy(tmp_path / "v1.pt")
+    msg = str(e.value)
+    assert str(tmp_path / "v1.pt") in msg and "version 1, expected 2" in msg
+    assert "scripts/convert_legacy_checkpoint.py" in msg
+    newer = {**ck, "meta": {**ck["meta"], "format_version": 3}}
+    atomic_torch_save(newer, tmp_path / "v3.pt")
+    with pytest.raises(ValueError, match="v3.pt: checkpoint format version 3, expected 2"):
+        load_policy(tmp_path / "v3.pt")

@@ -35,11 +35,10 @@ import torch
 from rl_games.algos_torch.a2c_continuous import A2CAgent
 from rl_games.common.a2c_common import swap_and_flatten01
 
+from mimic2dm.rl.policy import CHECKPOINT_VERSION, check_checkpoint_version
 from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
-
-CHECKPOINT_VERSION = 1
 
 
 class TimeLinearScheduler:
@@ -282,9 +281,9 @@ class TrackerAgent(A2CAgent):
             self.get_full_state_weights()
         )  # model (+ normalisers), optimiser, epoch, frame, env state
         state.update({
-            "version": CHECKPOINT_VERSION,
             "last_lr": self.last_lr, "entropy_coef": self.entropy_coef, "mean_rewards": self.mean_rewards,
-            "runtime": self._runtime_state(), "rng": rng_state(), "meta": self.meta,
+            "runtime": self._runtime_state(), "rng": rng_state(),
+            "meta": {**self.meta, "format_version": CHECKPOINT_VERSION},
             "train_seconds": self.train_seconds(),
         })  # fmt: skip
         return state
@@ -302,14 +301,11 @@ class TrackerAgent(A2CAgent):
     def restore(self, fn: str, set_epoch: bool = True) -> None:
         """Load a checkpoint written by :meth:`checkpoint_state` (Runner calls this on resume)."""
         ck = load_checkpoint(fn)
-        if ck.get("version") != CHECKPOINT_VERSION:
-            raise ValueError(
-                f"{fn}: not a Mimic2DM tracker checkpoint (version {ck.get('version')!r})"
-            )
+        check_checkpoint_version(ck, fn)
         self.set_full_state_weights(ck, set_epoch=set_epoch)
         self.last_lr, self.entropy_coef = float(ck["last_lr"]), float(ck["entropy_coef"])
         self.mean_rewards = ck["mean_rewards"]
-        self.train_seconds_before = float(ck.get("train_seconds", 0.0))  # older checkpoints: 0
+        self.train_seconds_before = float(ck["train_seconds"])
         self._runtime = ck["runtime"]
         self.saved_epoch = self.epoch_num
         self.resumed_from = self.epoch_num

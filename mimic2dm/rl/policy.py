@@ -3,8 +3,9 @@
 The checkpoint carries the network's params, the resolved config and the ``TaskSpec``
 the run trained on as plain data (``meta["task_spec"]``), so evaluation can rebuild both
 the network and the envs (with any number of views: the network is view-agnostic).
-Checkpoints of older code stored a tracking ``EnvSpec`` object instead (``meta["env_spec"]``);
-it is read as plain fields and upgraded by the tracking task's registry entry.
+Its layout has a version, :data:`CHECKPOINT_VERSION`, stored as ``meta["format_version"]``;
+a checkpoint of another version is refused (``scripts/convert_legacy_checkpoint.py``
+converts those of version 1).
 """
 
 from __future__ import annotations
@@ -18,12 +19,41 @@ from rl_games.algos_torch.model_builder import ModelBuilder
 import mimic2dm.rl.network  # noqa: F401 - registers the network builder
 from mimic2dm.rl.config import MODEL_NAME
 from mimic2dm.tasks.base import TaskSpec
-from mimic2dm.tasks.registry import load_task, make_task
+from mimic2dm.tasks.registry import make_task
 from mimic2dm.tasks.stats import StepStats
-from mimic2dm.utils.checkpoint import load_checkpoint, records_to_plain
+from mimic2dm.utils.checkpoint import load_checkpoint
 
-LEGACY_TASK = "tracking2d"
-"""The task of checkpoints written before tasks were registered (they store ``env_spec``)."""
+CHECKPOINT_VERSION = 2
+"""Layout of tracker checkpoints, written into every checkpoint as ``meta["format_version"]``.
+
+Version 2: the run's ``TaskSpec`` as plain data in ``meta["task_spec"]`` and the training
+time in ``train_seconds``. Version 1 (version at the top level) stored a pickled tracking
+``EnvSpec`` in ``meta["env_spec"]``.
+"""
+
+
+def checkpoint_version(ck: dict) -> int | None:
+    """The layout version of a loaded checkpoint (version 1 kept it at the top level)."""
+    meta = ck.get("meta") or {}
+    return meta.get("format_version", ck.get("version"))
+
+
+def check_checkpoint_version(ck: dict, path: str | Path) -> None:
+    """Refuse a checkpoint whose layout is not :data:`CHECKPOINT_VERSION`.
+
+    Raises:
+        ValueError: naming the file, the version found and the one expected.
+    """
+    found = checkpoint_version(ck)
+    if found is None:
+        raise ValueError(
+            f"{path}: not a Mimic2DM tracker checkpoint (no format version, expected {CHECKPOINT_VERSION})"
+        )
+    if found != CHECKPOINT_VERSION:
+        hint = " (convert it with scripts/convert_legacy_checkpoint.py)" if found == 1 else ""
+        raise ValueError(
+            f"{path}: checkpoint format version {found}, expected {CHECKPOINT_VERSION}{hint}"
+        )
 
 
 def build_model(
@@ -77,19 +107,11 @@ class Policy:
         return self.model.denorm_value(v)[:, 0]
 
 
-def spec_from_meta(meta: dict) -> TaskSpec:
-    """The run's :class:`TaskSpec` from a checkpoint's ``meta`` (current or older layout)."""
-    if "task_spec" in meta:
-        return TaskSpec.from_dict(meta["task_spec"])
-    entry = load_task(LEGACY_TASK)
-    return TaskSpec.from_dict(entry.upgrade_spec(records_to_plain(meta["env_spec"])))
-
-
 def load_policy(checkpoint: str | Path) -> Policy:
     """Load a policy checkpoint (``RUN_DIR/checkpoints/{last,best}.pt`` or a run dir).
 
     Raises:
-        ValueError: the file is not a tracker checkpoint.
+        ValueError: the file is not a tracker checkpoint, or one of another format version.
     """
     path = Path(checkpoint)
     if path.is_dir():
@@ -98,6 +120,7 @@ def load_policy(checkpoint: str | Path) -> Policy:
     meta = ck.get("meta") or {}
     if "network" not in meta:
         raise ValueError(f"{path}: not a Mimic2DM tracker checkpoint (no network description)")
+    check_checkpoint_version(ck, path)
     model = build_model(
         meta["network"], meta["obs_dim"], meta["action_dim"], meta["normalize_value"]
     )
@@ -106,7 +129,7 @@ def load_policy(checkpoint: str | Path) -> Policy:
     sizes = {k: meta[k] for k in ("network", "obs_dim", "action_dim", "normalize_value")}
     return Policy(
         model,
-        spec_from_meta(meta),
+        TaskSpec.from_dict(meta["task_spec"]),
         meta.get("config", {}),
         int(ck.get("epoch", 0)),
         int(ck.get("frame", 0)),
