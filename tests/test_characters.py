@@ -9,11 +9,11 @@ import pytest
 from mimic2dm.characters import (
     CHARACTERS,
     build_scene_xml,
+    humanoid,
     load_character,
     load_object,
     sensor_layout,
 )
-from mimic2dm.characters import humanoid as H
 from mimic2dm.utils.paths import mocap_dir
 
 MOCAP = mocap_dir()
@@ -115,7 +115,7 @@ def test_humanoid_structure():
         np.testing.assert_array_equal(m.joint(j).axis, [0, 1, 0])
     # parents mirror the mocap tree
     parents = [m.body_parentid[m.body(b).id] - 1 for b in spec.body_names]
-    assert tuple(parents) == H.PARENTS
+    assert tuple(parents) == humanoid.PARENTS
 
 
 def test_humanoid_offsets_equal_mocap():
@@ -126,10 +126,12 @@ def test_humanoid_offsets_equal_mocap():
     spec = load_character("humanoid")
     m = mujoco.MjModel.from_xml_string(spec.mjcf)
     assert tuple(data["node_names"]) == spec.body_names
-    assert tuple(data["parents"]) == H.PARENTS
+    assert tuple(data["parents"]) == humanoid.PARENTS
     offsets = np.stack([m.body(b).pos for b in spec.body_names[1:]])
     np.testing.assert_allclose(offsets, data["local_translation"][1:], atol=1e-7, rtol=0)
-    np.testing.assert_allclose(np.array(H.OFFSETS), data["local_translation"], atol=1e-7, rtol=0)
+    np.testing.assert_allclose(
+        np.array(humanoid.OFFSETS), data["local_translation"], atol=1e-7, rtol=0
+    )
 
 
 def test_ball_object():

@@ -76,9 +76,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "a Motion2D file's init_* states name their character; validating them needs its DoF "
         "count (lazy import in _check_estimates)"
     ),
-    ("mimic2dm.geometry.canonical", "mimic2dm.motion.canonical"): (
-        "deprecated re-export shim of the canonical transform's old location"
-    ),
 }
 
 # Violations added by work in progress at the time of the layering change, each

@@ -16,7 +16,7 @@ from mimic2dm.cli import app
 from mimic2dm.motion.format import Motion2D, save_motion2d
 from mimic2dm.motion.quality import assess
 from mimic2dm.motion.synth import resample, synthesize_views
-from mimic2dm.preprocess import losses as L
+from mimic2dm.preprocess import losses
 from mimic2dm.preprocess.clipio import strip_clip
 from mimic2dm.preprocess.optimize import expand_frames
 from mimic2dm.utils.paths import mocap_dir
@@ -121,10 +121,10 @@ def test_temporal_terms_skip_steps_across_cut_out_frames():
     x = torch.zeros(1, 6, 2)
     x[:, 3:] = 5.0  # a jump between fitted frames 2 and 3, which were not adjacent in time
     ok = torch.tensor([True, True, False, True, True])
-    assert L.smoothness(x, 30.0, 1.0, ok) == 0.0 and L.smoothness(x, 30.0, 1.0) > 0.0
+    assert losses.smoothness(x, 30.0, 1.0, ok) == 0.0 and losses.smoothness(x, 30.0, 1.0) > 0.0
     contact = torch.zeros(1, 6, 1, 3)
     contact[:, 3:, :, 0] = 1.0
-    assert L.foot_skate(contact, torch.zeros(1), 30.0, pair_ok=ok) == 0.0
+    assert losses.foot_skate(contact, torch.zeros(1), 30.0, pair_ok=ok) == 0.0
     # filled-in frames: linear between fitted frames, held at the ends
     y = expand_frames(torch.tensor([[1.0], [3.0]]), np.array([2, 4]), 6)
     torch.testing.assert_close(y[:, 0], torch.tensor([1.0, 1.0, 1.0, 2.0, 3.0, 3.0]))

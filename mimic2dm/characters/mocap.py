@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mimic2dm.characters import humanoid as H
+from mimic2dm.characters import humanoid
 from mimic2dm.characters.kinematics import keypoints_from_bodies
 from mimic2dm.geometry.rotations import quat_mul, quat_normalize, quat_rotate
 from mimic2dm.motion.keypoint_sets import DOG17
@@ -169,7 +169,7 @@ def load_cmu_clip(path: str | Path, dtype: torch.dtype = torch.float32) -> Human
     Raises:
         FileNotFoundError / KeyError / ValueError naming the file and the bad key.
     """
-    nb = len(H.BODY_NAMES)
+    nb = len(humanoid.BODY_NAMES)
     arr = _read_npz(
         path,
         {
@@ -250,11 +250,11 @@ def human_fk(clip: HumanMocap) -> tuple[torch.Tensor, torch.Tensor]:
 
 def human_keypoints(clip: HumanMocap) -> torch.Tensor:
     """COCO-17 keypoints ``[T, 17, 3]`` of a human clip (the humanoid's site offsets)."""
-    missing = {b for b, _ in H.SITE_OFFSETS} - set(clip.names)
+    missing = {b for b, _ in humanoid.SITE_OFFSETS} - set(clip.names)
     if missing:
         raise KeyError(f"{clip.source}: skeleton lacks bodies {sorted(missing)}")
     pos, rot = human_fk(clip)
-    return keypoints_from_bodies(H.SITE_OFFSETS, clip.names, pos, rot)
+    return keypoints_from_bodies(humanoid.SITE_OFFSETS, clip.names, pos, rot)
 
 
 # ----------------------------------------------------------------------------- dogs

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mimic2dm.preprocess import losses as L
+from mimic2dm.preprocess import losses
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import point_jacobian
 
@@ -189,7 +189,9 @@ def _scores(model, limb, pos, quat, dofs, cams, uv, weight, sigma, fps, w):
     pen = torch.relu(-kp[..., 2]).square().mean(-1) + torch.relu(-cz).square().mean(-1)
     unary = unary + w["ground"] * pen / 0.01**2
     unary = (
-        unary + w["lowest"] * L.lowest_contact_per_frame(cz) + w["prior"] * dofs.square().mean(-1)
+        unary
+        + w["lowest"] * losses.lowest_contact_per_frame(cz)
+        + w["prior"] * dofs.square().mean(-1)
     )
     # a flipped pattern must explain the frame better by a margin: near-ties are the true
     # monocular ambiguity, where the fit's own solution (grown from the default pose under

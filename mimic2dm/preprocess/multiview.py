@@ -31,7 +31,7 @@ from mimic2dm.characters.base import CharacterSpec
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import project_points
 from mimic2dm.motion.format import Motion2D
-from mimic2dm.preprocess import losses as L
+from mimic2dm.preprocess import losses
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import fit_poses
 from mimic2dm.preprocess.optimize import (
@@ -85,7 +85,7 @@ class _Joint(_Problem):
         kp, contact = self.model.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
         R, t, k = self.cameras()
         uv, _ = project_points(R, t, k, kp)  # [V, T, K, 2]
-        rep = L.robust_reprojection(uv, self.uv, self.weight, self.sigma).sum()
+        rep = losses.robust_reprojection(uv, self.uv, self.weight, self.sigma).sum()
         terms = {"reproj": cfg.w_reproj * rep[None]}
         terms |= self.motion_terms(kp, contact)
         terms["focal"] = cfg.w_focal_prior * v["log_focal"].square().sum()[None]

@@ -34,9 +34,7 @@ from mimic2dm.characters.base import CharacterSpec
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import project_points
 from mimic2dm.motion.keypoint_sets import load_keypoint_set
-from mimic2dm.preprocess import camera_init as ci
-from mimic2dm.preprocess import flips
-from mimic2dm.preprocess import losses as L
+from mimic2dm.preprocess import camera_init, flips, losses
 from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import fit_poses
 
@@ -163,7 +161,7 @@ class _Problem:
         if self.cfg.camera == "dynamic":
             pitch, roll, yaw = pitch + v["d_pitch"], roll + v["d_roll"], v["d_yaw"]
             centre = centre + v["d_pos"]
-        R = ci.camera_rotation(pitch, roll, yaw)
+        R = camera_init.camera_rotation(pitch, roll, yaw)
         t = -(R @ centre[..., None])[..., 0]
         f = self.focal0 * torch.exp(v["log_focal"])[:, None]
         k = torch.stack(
@@ -179,7 +177,8 @@ class _Problem:
         R, t, k = self.cameras()
         uv, _ = project_points(R, t, k, kp)
         terms = {
-            "reproj": cfg.w_reproj * L.robust_reprojection(uv, self.uv, self.weight, self.sigma)
+            "reproj": cfg.w_reproj
+            * losses.robust_reprojection(uv, self.uv, self.weight, self.sigma)
         }
         terms |= self.motion_terms(kp, contact)
         terms["focal"] = cfg.w_focal_prior * v["log_focal"].square()
@@ -190,8 +189,8 @@ class _Problem:
                 cfg.w_camera_motion * v["d_pos"].square().sum(-1).mean(-1)
                 + cfg.w_camera_smooth
                 * (
-                    L.smoothness(ang, self.fps, 5.0, ok)
-                    + L.smoothness(v["d_pos"], self.fps, 2.0, ok)
+                    losses.smoothness(ang, self.fps, 5.0, ok)
+                    + losses.smoothness(v["d_pos"], self.fps, 2.0, ok)
                 )
                 + 10.0 * (ang[:, 0].square().sum(-1) + v["d_pos"][:, 0].square().sum(-1))
             )
@@ -205,15 +204,16 @@ class _Problem:
         q = v["root_quat"] / v["root_quat"].norm(dim=-1, keepdim=True)
         up_z = 1.0 - 2.0 * (q[..., 0].square() + q[..., 1].square())
         return {
-            "ground": cfg.w_ground * L.ground_penetration(kp[..., 2], cz),
-            "lowest": cfg.w_lowest * L.lowest_contact(cz),
-            "skate": cfg.w_skate * L.foot_skate(contact, m.contact_radius, self.fps, pair_ok=ok),
-            "smooth": cfg.w_smooth * L.smoothness(kp, self.fps, cfg.smooth_scale, ok),
+            "ground": cfg.w_ground * losses.ground_penetration(kp[..., 2], cz),
+            "lowest": cfg.w_lowest * losses.lowest_contact(cz),
+            "skate": cfg.w_skate
+            * losses.foot_skate(contact, m.contact_radius, self.fps, pair_ok=ok),
+            "smooth": cfg.w_smooth * losses.smoothness(kp, self.fps, cfg.smooth_scale, ok),
             "root_smooth": cfg.w_root_smooth
-            * L.smoothness(v["root_pos"][..., :2], self.fps, cfg.root_smooth_scale, ok),
-            "prior": cfg.w_prior * L.pose_prior(v["dof_pos"]),
-            "upright": cfg.w_upright * L.upright(up_z),
-            "limits": cfg.w_limits * L.joint_limits(v["dof_pos"], m.lower, m.upper),
+            * losses.smoothness(v["root_pos"][..., :2], self.fps, cfg.root_smooth_scale, ok),
+            "prior": cfg.w_prior * losses.pose_prior(v["dof_pos"]),
+            "upright": cfg.w_upright * losses.upright(up_z),
+            "limits": cfg.w_limits * losses.joint_limits(v["dof_pos"], m.lower, m.upper),
         }
 
     def project_(self, upright: bool = False) -> None:
@@ -402,8 +402,10 @@ def _init_variables(model, spec, kset, uv, mask, fps, size, focal0, cfg, heading
     rest, _ = model.forward(torch.zeros(3), q_id, dof0)
     rk0 = rest[list(kset.root)].mean(0)  # root keypoint of the rest pose, root body at origin
     k0 = torch.tensor([focal0, focal0, size[0] / 2, size[1] / 2])
-    depth = ci.initial_depths(uv, mask, kset, rest, focal0, fps, cfg.camera == "static")
-    root_kp, height = ci.initial_root_path(uv, mask, kset, depth, k0, float(rk0[2] + p0[2]))
+    depth = camera_init.initial_depths(uv, mask, kset, rest, focal0, fps, cfg.camera == "static")
+    root_kp, height = camera_init.initial_root_path(
+        uv, mask, kset, depth, k0, float(rk0[2] + p0[2])
+    )
     H = headings.shape[0]
     z = torch.tensor([0.0, 0.0, 1.0])
     q = rot.quat_from_axis_angle(z.expand(H, 3), headings)  # [H, 4]
@@ -479,7 +481,7 @@ def fit_clip(
     mask_t = torch.as_tensor(mask[frames], dtype=torch.bool)
     uv = torch.as_tensor(np.nan_to_num(keypoints[frames]), dtype=torch.float32)
     weight = torch.as_tensor(confidence[frames], dtype=torch.float32) * mask_t
-    focal0 = cfg.focal or ci.default_focal(*image_size)
+    focal0 = cfg.focal or camera_init.default_focal(*image_size)
     info: dict[str, Any] = {"focal_init": focal0, "fitted_frames": len(frames)}
     prob, keep = _fit_stages(model, spec, uv, weight, mask_t, frames, fps, image_size, focal0,
                              cfg, info, progress)  # fmt: skip
@@ -491,7 +493,7 @@ def _fit_stages(model, spec, uv, weight, mask_t, frames, fps, size, focal0, cfg,
     t0 = time.perf_counter()
     kset = load_keypoint_set(spec.keypoint_set)
     T = uv.shape[0]
-    headings = ci.heading_hypotheses(cfg.headings)
+    headings = camera_init.heading_hypotheses(cfg.headings)
     S = min(T, cfg.hypothesis_frames)
     sub = np.unique(np.round(np.linspace(0, T - 1, S)).astype(int))
     total_iters = cfg.hypothesis_iters + cfg.iters + cfg.lm_iters * (2 + int(len(sub) < T))
@@ -511,10 +513,10 @@ def _fit_stages(model, spec, uv, weight, mask_t, frames, fps, size, focal0, cfg,
     prob.fit_poses(cfg.lm_iters, tick)
     if cfg.limb_flips == "both":
         info["flipped_frames_hypotheses"] = prob.flip_limbs_(tick)
-    losses = prob.run(cfg.hypothesis_iters, 0, False, tick)
+    hypothesis_loss = prob.run(cfg.hypothesis_iters, 0, False, tick)
     info["seconds_hypotheses"] = time.perf_counter() - t0
-    info["hypothesis_loss"] = [round(float(x), 4) for x in losses]
-    keep = torch.argsort(losses)[: max(1, min(cfg.finalists, len(losses)))]
+    info["hypothesis_loss"] = [round(float(x), 4) for x in hypothesis_loss]
+    keep = torch.argsort(hypothesis_loss)[: max(1, min(cfg.finalists, len(hypothesis_loss)))]
     v_all = {}
     for n, x in prob.v.items():  # the best hypotheses, interpolated to every frame
         x = x.detach()[keep]
