@@ -30,13 +30,16 @@ def write_demo(path: Path, seconds: float = 2.0) -> Path:
 
 
 def spec_for(clip: Path, **task) -> TaskSpec:
-    """Humanoid tracking ``TaskSpec`` over one clip, one MuJoCo thread; ``task``: config changes."""
+    """Humanoid tracking ``TaskSpec`` over one clip, one MuJoCo thread; ``task``: config changes
+    (starts: the default pose, not lifted, uniform start frames, unless ``task`` says otherwise)."""
+    asi = {"start_sampling": "uniform", **task.pop("asi", {})}
+    config = {"initial_state": "default_pose", "initial_ground": False, "asi": asi, **task}
     return TaskSpec(
         task="tracking2d",
         character="humanoid",
         data=(str(clip),),
         engine={"name": "mujoco", "num_threads": 1},
-        config=dict(task),
+        config=config,
     )
 
 

@@ -10,15 +10,15 @@ import pytest
 import torch
 from fake_engine import KinematicEngine
 from mimic2dm.tasks.base import TaskSpec
-from mimic2dm.tasks.dribble import terms as B
+from mimic2dm.tasks.common.terms import tilted
+from mimic2dm.tasks.dribble import terms as ball_terms
 from mimic2dm.tasks.registry import load_task, make_task
-from mimic2dm.tasks.tracking2d import terminations as X
 from task_helpers import standing_clip
 
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.motion.format import save_motion2d
 
-FAST = {"initial_state": "default_pose", "asi": {"enabled": False}}
+FAST = {"initial_state": "default_pose", "initial_ground": False, "asi": {"enabled": False}}
 
 
 def _dribble_spec(tmp_path, clip=None, **config) -> TaskSpec:
@@ -35,16 +35,20 @@ def test_ball_terms():
     lost = torch.tensor([0, 3, 5])
     far = torch.tensor([[True], [False], [True]])
     seen = torch.tensor([[True], [True], [False]])
-    assert B.count_lost(lost, far, seen).tolist() == [1, 0, 5]  # unseen: unchanged
+    assert ball_terms.count_lost(lost, far, seen).tolist() == [1, 0, 5]  # unseen: unchanged
     h = torch.tensor([1000.0])
-    assert B.ball_far(torch.tensor([[[0.0, 0.0]]]), torch.tensor([[[0.0, 201.0]]]), h, 0.2).item()
-    assert not B.ball_far(
+    assert ball_terms.ball_far(
+        torch.tensor([[[0.0, 0.0]]]), torch.tensor([[[0.0, 201.0]]]), h, 0.2
+    ).item()
+    assert not ball_terms.ball_far(
         torch.tensor([[[0.0, 0.0]]]), torch.tensor([[[0.0, 199.0]]]), h, 0.2
     ).item()
     p = torch.tensor([[1.4, 0.0, 0.1], [1.0, 1.2, 0.1]])
-    assert B.within_reach(p, torch.tensor([0.0, 0.0, 0.9]), 1.5).tolist() == [True, False]
+    assert ball_terms.within_reach(p, torch.tensor([0.0, 0.0, 0.9]), 1.5).tolist() == [True, False]
     q = rot.quat_from_axis_angle(torch.tensor([[0.0, 0, 1]]), torch.tensor([math.pi / 2]))
-    s = B.ball_state(torch.zeros(1, 3), q, torch.tensor([[0.0, 2.0, 0.1]]), torch.zeros(1, 3))
+    s = ball_terms.ball_state(
+        torch.zeros(1, 3), q, torch.tensor([[0.0, 2.0, 0.1]]), torch.zeros(1, 3)
+    )
     assert torch.allclose(
         s[0, :3], torch.tensor([2.0, 0.0, 0.1]), atol=1e-5
     )  # ahead in the heading frame
@@ -54,7 +58,7 @@ def test_tilt_fall_term():
     up = torch.tensor([0.0, 0.0, 1.0])
     x = torch.tensor([[1.0, 0.0, 0.0]]).expand(3, 3)
     q = rot.quat_from_axis_angle(x, torch.tensor([0.0, math.radians(50), math.pi]))
-    assert X.tilted(q, up, 60.0).tolist() == [False, False, True]
+    assert tilted(q, up, 60.0).tolist() == [False, False, True]
 
 
 # ----------------------------------------------------------------------------- dribble task
@@ -123,7 +127,7 @@ def test_reset_ball_rolls_along_its_track(tmp_path):
     path = tmp_path / "dribble.npz"
     save_motion2d(m, path)
     spec = TaskSpec("dribble", "humanoid", engine={"name": "mujoco", "num_threads": 1}, objects=("ball",),
-                    data=(str(path),), config={"early_termination": False, "asi": {"enabled": False}})  # fmt: skip
+                    data=(str(path),), config={**FAST, "early_termination": False})  # fmt: skip
     # two control steps after each kick but the last: the next kick is > 8 steps away
     starts = torch.tensor([int(k * 30.0 / m.fps) + 2 for k in d.kicks[:-1]])
     task = make_task(spec, len(starts))

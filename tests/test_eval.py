@@ -13,6 +13,8 @@ from mimic2dm.eval import evaluate
 from mimic2dm.motion.format import save_motion2d
 from mimic2dm.motion.synth import synthesize_views
 
+DEFAULT_POSE = {"initial_state": "default_pose", "initial_ground": False}
+
 
 class HoldPose:
     """Zero actions: the PD targets hold the default pose (an untrained baseline)."""
@@ -43,7 +45,7 @@ def test_sequences_cover_every_view(two_view_clip):
 
 def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
     out = tmp_path / "eval"
-    rep = evaluate(HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))), [two_view_clip], views=1,
+    rep = evaluate(HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),), config=DEFAULT_POSE)), [two_view_clip], views=1,
                    json_out=out / "eval.json", picture_out=out / "overlay.png")  # fmt: skip
     assert len(rep["sequences"]) == 2
     for s in rep["sequences"]:
@@ -57,7 +59,9 @@ def test_evaluate_writes_report_and_picture(two_view_clip, tmp_path):
 def test_evaluate_writes_video(two_view_clip, tmp_path, gl_backend):
     video = tmp_path / "rollout.mp4"
     evaluate(
-        HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))),
+        HoldPose(
+            TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),), config=DEFAULT_POSE)
+        ),
         [two_view_clip],
         video_out=video,
     )
@@ -66,7 +70,9 @@ def test_evaluate_writes_video(two_view_clip, tmp_path, gl_backend):
 
 def test_multi_view_evaluation_runs(two_view_clip):
     rep = evaluate(
-        HoldPose(TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),))),
+        HoldPose(
+            TaskSpec("tracking2d", "humanoid", data=(str(two_view_clip),), config=DEFAULT_POSE)
+        ),
         [two_view_clip],
         views=2,
     )

@@ -19,14 +19,24 @@ OBJECTS = {"dribble": ("ball",)}
 CASES = [(t, c) for t in TASKS.names() for c in supported_characters(load_task(t))]
 
 
+DEFAULT_POSE_TASKS = ("tracking2d", "tracking3d", "dribble")
+DEFAULT_POSE_START = {
+    "initial_state": "default_pose",
+    "initial_ground": False,
+    "asi": {"start_sampling": "uniform"},
+}
+
+
 def spec_for(task: str, character: str, tmp_path) -> TaskSpec:
     data = ()
     if load_task(task).needs_data:
         path = tmp_path / f"{character}.npz"
         save_motion2d(standing_clip(character, ball=bool(OBJECTS.get(task))), path)
         data = (str(path),)
+    # the tracking tasks start from the default pose (their config's auto starts run an IK)
+    config = DEFAULT_POSE_START if task in DEFAULT_POSE_TASKS else {}
     return TaskSpec(task, character, engine={"name": "mujoco", "num_threads": 1}, data=data,
-                    objects=OBJECTS.get(task, ()))  # fmt: skip
+                    objects=OBJECTS.get(task, ()), config=config)  # fmt: skip
 
 
 def check_task(task: Task, steps: int = STEPS) -> StepStats:

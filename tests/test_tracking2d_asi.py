@@ -23,7 +23,9 @@ def toy_states(F: int, value: float = 0.0) -> SimState:
 
 def buffers(F=4, M=8, **cfg) -> StateBuffers:
     return StateBuffers(
-        toy_states(F), torch.ones(F, dtype=torch.bool), ASIConfig(capacity=M, **cfg)
+        toy_states(F),
+        torch.ones(F, dtype=torch.bool),
+        ASIConfig(capacity=M, **{"start_sampling": "uniform", **cfg}),
     )
 
 
@@ -137,7 +139,10 @@ def test_failure_lead_spreads_each_failure_over_the_frames_before_it_within_its_
     w = buf.frame_weights()
     assert w[3] == 0 and w[8] == 0 and w[4] > 0  # clip ends never start an episode
     assert torch.equal(
-        StateBuffers(toy_states(9), valid, ASIConfig(capacity=2)).spread_failures(counts), counts
+        StateBuffers(
+            toy_states(9), valid, ASIConfig(capacity=2, start_sampling="uniform")
+        ).spread_failures(counts),
+        counts,
     )
     with pytest.raises(ValueError, match="failure_lead"):
         ASIConfig(failure_lead=-1)
@@ -172,7 +177,11 @@ def test_state_dict_round_trip_and_older_checkpoints():
 def test_task_rescores_the_start_state_and_counts_samples():
     m2 = standing_clip("humanoid", frames=20)
     lib = ReferenceLibrary([clip_from_motion(m2, 30.0, "c")], m2.keypoint_set)
-    cfg = TrackingConfig(asi=ASIConfig(start_sampling="inverse_count", iteration_steps=100))
+    cfg = TrackingConfig(
+        initial_state="default_pose",
+        initial_ground=False,
+        asi=ASIConfig(start_sampling="inverse_count", iteration_steps=100),
+    )
     task = Tracking2DTask(KinematicEngine("humanoid", 4), ClipReference(lib, 4, 1), cfg)
     task.observe()
     assert (task.start_slot >= 0).all() and (task.steps == 0).all()

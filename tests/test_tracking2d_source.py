@@ -6,17 +6,25 @@ from __future__ import annotations
 import pytest
 import torch
 from fake_engine import KinematicEngine
+from mimic2dm.tasks.tracking2d.asi import ASIConfig
 from mimic2dm.tasks.tracking2d.config import TrackingConfig
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary, clip_from_motion
 from mimic2dm.tasks.tracking2d.source import ClipReference, StreamingReference
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 from task_helpers import standing_clip
 
+# the starts these tests were written for (the shipped config starts from the clip's 3D pose)
+DEFAULT_POSE = dict(
+    initial_state="default_pose", initial_ground=False, asi=ASIConfig(start_sampling="uniform")
+)
+
 
 def clip_task(m2, n: int, objects=()) -> Tracking2DTask:
     lib = ReferenceLibrary([clip_from_motion(m2, 30.0, "c")], m2.keypoint_set)
     return Tracking2DTask(
-        KinematicEngine("humanoid", n, objects), ClipReference(lib, n, 1), TrackingConfig()
+        KinematicEngine("humanoid", n, objects),
+        ClipReference(lib, n, 1),
+        TrackingConfig(**DEFAULT_POSE),
     )
 
 
@@ -76,10 +84,12 @@ def stream_and_clip(n: int = 2):
 def test_streaming_reference_follows_pushed_frames():
     m2, src = stream_and_clip()
     with pytest.raises(ValueError, match="push a frame"):
-        Tracking2DTask(KinematicEngine("humanoid", 2), src, TrackingConfig())
+        Tracking2DTask(KinematicEngine("humanoid", 2), src, TrackingConfig(**DEFAULT_POSE))
     kp = torch.from_numpy(m2.keypoints[0]).float()  # [T, K, 2]
     src.push(kp[0])
-    task = Tracking2DTask(KinematicEngine("humanoid", 2), src, TrackingConfig(max_episode_steps=50))
+    task = Tracking2DTask(
+        KinematicEngine("humanoid", 2), src, TrackingConfig(**DEFAULT_POSE, max_episode_steps=50)
+    )
     assert task.observe().shape == (2, task.obs_dim)
     # the character stands in the default pose: it matches the pushed reference
     for t in range(1, 12):  # more frames than the capacity: old ones are dropped

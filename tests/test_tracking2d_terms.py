@@ -4,10 +4,11 @@ import math
 
 import pytest
 import torch
-from mimic2dm.tasks.tracking2d import observations as O
+from mimic2dm.tasks.common.terms import combine, fallen, proprioception
+from mimic2dm.tasks.tracking2d import observations
 from mimic2dm.tasks.tracking2d.asi import ASIConfig, StateBuffers
-from mimic2dm.tasks.tracking2d.rewards import RewardConfig, combine, masked_sq_error, reward_terms
-from mimic2dm.tasks.tracking2d.terminations import fallen, reprojection_exceeded
+from mimic2dm.tasks.tracking2d.rewards import RewardConfig, masked_sq_error, reward_terms
+from mimic2dm.tasks.tracking2d.terminations import reprojection_exceeded
 
 from mimic2dm.engines.base import SimState
 from mimic2dm.geometry import rotations as rot
@@ -26,7 +27,7 @@ def rand_uv(N=4, K=17, seed=0):
 def test_normalize_pixels_known_answer():
     uv = torch.tensor([[[960.0 + 150.0, 540.0 - 60.0]]])
     k = torch.tensor([[1500.0, 1200.0, 960.0, 540.0]])
-    assert torch.allclose(O.normalize_pixels(uv, k), torch.tensor([[[0.1, -0.05]]]))
+    assert torch.allclose(observations.normalize_pixels(uv, k), torch.tensor([[[0.1, -0.05]]]))
 
 
 def view_obs(sim, valid, ref, mask, k):
@@ -39,7 +40,7 @@ def view_obs(sim, valid, ref, mask, k):
             for rr, mm in zip(ref, mask, strict=True)
         ]
     )
-    return O.observation_2d(sim, valid, ref, mask, roots, k, ROOT)
+    return observations.observation_2d(sim, valid, ref, mask, roots, k, ROOT)
 
 
 def test_view_observation_ignores_resolution_focal_and_principal_point():
@@ -53,7 +54,7 @@ def test_view_observation_ignores_resolution_focal_and_principal_point():
     s, shift = 0.37, torch.tensor([13.0, -7.0])
     k2 = torch.cat([k[:, :2] * s, k[:, 2:] * s + shift], -1)
     b = view_obs(sim * s + shift, valid, ref * s + shift, mask, k2)
-    assert a.shape == (N, O.observation_2d_size(17, 2))
+    assert a.shape == (N, observations.observation_2d_size(17, 2))
     assert torch.allclose(a, b, atol=1e-5)
 
 
@@ -87,7 +88,7 @@ def test_proprioception_is_heading_invariant():
     parents = torch.tensor([-1, 0, 1, 1])
     key = torch.randn(N, 2, 3, generator=g)
     dv = torch.randn(N, J, generator=g)
-    a = O.proprioception(pos, q, v, w, brot, parents, dv, key)
+    a = proprioception(pos, q, v, w, brot, parents, dv, key)
     yaw = rot.quat_from_axis_angle(torch.tensor([0.0, 0, 1]).expand(N, 3), torch.full((N,), 1.3))
 
     def turn(x):
@@ -95,7 +96,7 @@ def test_proprioception_is_heading_invariant():
 
     qb = rot.quat_mul(yaw[:, None].expand(N, B, 4), brot)
     pos2 = turn(pos) + torch.tensor([5.0, -2.0, 0.0])
-    b = O.proprioception(
+    b = proprioception(
         pos2,
         qb[:, 0],
         turn(v),
@@ -204,7 +205,9 @@ def toy_states(F: int, value: float = 0.0) -> SimState:
 
 def test_asi_replaces_lowest_score_and_prefers_high_scores():
     buf = StateBuffers(
-        toy_states(5), torch.ones(5, dtype=torch.bool), ASIConfig(capacity=3, temperature=0.1)
+        toy_states(5),
+        torch.ones(5, dtype=torch.bool),
+        ASIConfig(capacity=3, temperature=0.1, start_sampling="uniform"),
     )
     frames = torch.tensor([2, 2, 2, 2, 4])
     states = toy_states(5)
@@ -247,7 +250,11 @@ def test_asi_inverse_count_start_sampling_and_state_dict():
 
 
 def test_asi_ignores_nonfinite_states_and_values():
-    buf = StateBuffers(toy_states(2), torch.ones(2, dtype=torch.bool), ASIConfig(capacity=2))
+    buf = StateBuffers(
+        toy_states(2),
+        torch.ones(2, dtype=torch.bool),
+        ASIConfig(capacity=2, start_sampling="uniform"),
+    )
     s = toy_states(2)
     s.root_pos[0, 0] = float("nan")
     assert buf.update(torch.tensor([0, 1]), s, torch.tensor([1.0, float("nan")])) == 0

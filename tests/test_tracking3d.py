@@ -3,6 +3,7 @@ engine and MuJoCo, a tiny training run and `mimic2dm compare` on two tiny runs."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -10,8 +11,8 @@ import pytest
 import torch
 from fake_engine import KinematicEngine
 from mimic2dm.tasks.base import TaskSpec
+from mimic2dm.tasks.common.terms import combine
 from mimic2dm.tasks.registry import load_task
-from mimic2dm.tasks.tracking2d.rewards import combine
 from mimic2dm.tasks.tracking3d.config import Reward3DConfig, Tracking3DConfig
 from mimic2dm.tasks.tracking3d.reference import Reference3D, load_clip3d
 from mimic2dm.tasks.tracking3d.rewards import body_frame, frame_angle, reward_terms_3d
@@ -102,7 +103,8 @@ def test_references_from_motion3d_and_from_ground_truth(tmp_path):
 def test_task_tracks_a_motion3d_on_the_fake_engine_and_resumes_exactly(tmp_path):
     spec = load_character("humanoid")
     save_motion3d(_motion3d(spec), tmp_path / "m3.npz")
-    ts = TaskSpec("tracking3d", "humanoid", data=(str(tmp_path / "m3.npz"),))
+    ts = TaskSpec("tracking3d", "humanoid", data=(str(tmp_path / "m3.npz"),),
+                  config={"initial_ground": False, "asi": {"start_sampling": "uniform"}})  # fmt: skip
     a, b = (load_task("tracking3d").build(ts, KinematicEngine("humanoid", 4), s) for s in (1, 2))
     assert a.obs_layout() == {"prop": a.prop_dim, "view": 17 * 3 * 5, "views": 1}
     r = a.step(torch.zeros(4, a.action_dim))  # zero action holds the (reference) default pose
@@ -121,7 +123,7 @@ def test_task_tracks_a_motion3d_on_the_fake_engine_and_resumes_exactly(tmp_path)
         )
         assert torch.equal(ra.obs, rb.obs) and torch.equal(ra.reward, rb.reward)
     # a far-off pose ends episodes by the distance bound
-    cfg = Tracking3DConfig(term_distance=0.05)
+    cfg = dataclasses.replace(load_task("tracking3d").parse_config(ts.config), term_distance=0.05)
     t = Tracking3DTask(
         KinematicEngine("humanoid", 4), Reference3D.from_files(ts.data, 30.0, spec), cfg
     )

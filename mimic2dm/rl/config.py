@@ -91,12 +91,12 @@ class CheckpointConfig:
 class TrainConfig:
     """PPO (rl-games ``a2c_continuous``) hyperparameters; Hydra group ``train``."""
 
-    num_envs: int = 64
+    num_envs: int = 256
     horizon_length: int = 32
-    minibatch_size: int = 512
-    mini_epochs: int = 4
-    learning_rate: float = 2e-4
-    lr_schedule: str = "fixed"  # fixed | linear (to 0 over max_seconds, else max_epochs) | adaptive
+    minibatch_size: int = 4096
+    mini_epochs: int = 2
+    learning_rate: float = 1e-3
+    lr_schedule: str = "linear"  # to 0 over max_seconds (else max_epochs) | fixed | adaptive
     kl_threshold: float = 0.008
     gamma: float = 0.99
     tau: float = 0.95
@@ -113,8 +113,8 @@ class TrainConfig:
     max_epochs: int = 200
     max_seconds: float = 0.0  # stop after this much training time (0: no limit)
     games_to_track: int = 100
-    torch_threads: int = 1  # 0: rl-games' choice (min(4, cores))
-    collect_threads: int = 0  # torch threads while collecting rollouts (0: torch_threads)
+    torch_threads: int = 2  # 0: rl-games' choice (min(4, cores))
+    collect_threads: int = 1  # torch threads while collecting rollouts (0: torch_threads)
     env_groups: int = 1  # in-process env groups: one's physics overlaps the others' work
     device: str = "cpu"
     network: NetworkConfig = field(default_factory=NetworkConfig)

@@ -55,7 +55,7 @@ class ASIConfig:
     enabled: bool = True
     capacity: int = 16
     temperature: float = 1.0
-    start_sampling: str = "uniform"
+    start_sampling: str = "failure"
     iteration_steps: int = 32
     rescore_every: int = 0
     failure_mix: float = 0.5

@@ -54,8 +54,8 @@ class TrackingConfig:
     camera: VirtualCameraConfig = field(default_factory=VirtualCameraConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
-    initial_state: str = "default_pose"
-    initial_ground: bool = False
+    initial_state: str = "auto"
+    initial_ground: bool = True
     initial_level_feet: bool = False
 
     def __post_init__(self) -> None:
@@ -86,6 +86,10 @@ def upgrade_spec(old: dict) -> dict:
     for k in ("view_mode", "camera_mode", "camera"):
         if k in old:
             cfg[k] = old[k]
+    # that code's starts: the default pose, not lifted, uniform start frames
+    cfg.setdefault("initial_state", "default_pose")
+    cfg.setdefault("initial_ground", False)
+    cfg["asi"] = {"start_sampling": "uniform", **dict(cfg.get("asi", {}))}
     engine = {"name": old.get("engine", "mujoco"), **dict(old.get("engine_kwargs", {}))}
     if "physics_hz" in old:
         engine["physics_hz"] = float(old["physics_hz"])

@@ -73,7 +73,7 @@ class Tracking3DConfig:
     early_termination: bool = True
     action_scale: float = 1.0
     initial_state: str = "auto"
-    initial_ground: bool = False
+    initial_ground: bool = True
     reward: Reward3DConfig = field(default_factory=Reward3DConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
 
