@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from mimic2dm.motion import import_cli
@@ -37,21 +36,18 @@ from mimic2dm.motion.format import (
     save_motion2d,
     save_motion3d,
 )
+from mimic2dm.motion.import_cli import READ_ERRORS
 from mimic2dm.motion.quality import file_problems
+from mimic2dm.utils.cli import check_choice, check_positive, console, error, exit_on, fail, refuse
 
 app = typer.Typer(help="Make, import and check 2D/3D motion files.", no_args_is_help=True)
 
 CHARACTERS = ("humanoid", "dog")
 
-
-def _console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr, highlight=False)
-    # wide when not a terminal so that tables and paths are not cut in logs and tests
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=200)
-
-
-def _error(msg: str) -> None:
-    _console(stderr=True).print(f"error: {msg}", markup=False, soft_wrap=True)
+# the camera options of ``data synth``
+_Distance = Annotated[str | None, typer.Option(help="Camera distance (m): a value D or a range LO:HI [default: 3:8].")]  # fmt: skip
+_Focal = Annotated[str | None, typer.Option(help="Focal length (px): a value F or a range LO:HI [default: 1000:1800].")]  # fmt: skip
+_Elevation = Annotated[str | None, typer.Option(help="Camera elevation (deg): a value or a range LO:HI [default: -10:35].")]  # fmt: skip
 
 
 def _parse_labels(labels: list[str]) -> dict[str, str]:
@@ -59,7 +55,7 @@ def _parse_labels(labels: list[str]) -> dict[str, str]:
     for item in labels:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise typer.BadParameter(f"label {item!r} is not KEY=VALUE", param_hint="--label")
+            refuse(f"label {item!r} is not KEY=VALUE", "--label")
         out[key] = value
     return out
 
@@ -72,11 +68,9 @@ def _range(text: str, option: str, positive: bool) -> tuple[float, float]:
     except ValueError:
         lo = hi = None
     if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)) or hi < lo:
-        raise typer.BadParameter(
-            f"{text!r}: expected a number or LO:HI with LO <= HI", param_hint=option
-        )
+        refuse(f"{text!r}: expected a number or LO:HI with LO <= HI", option)
     if positive and lo <= 0:
-        raise typer.BadParameter(f"{text!r}: must be > 0", param_hint=option)
+        refuse(f"{text!r}: must be > 0", option)
     return lo, hi
 
 
@@ -137,18 +131,9 @@ def synth(
             "character's own flat foot puts it (the lift goes into the clip's meta)."
         ),
     ] = False,
-    distance: Annotated[
-        str | None,
-        typer.Option(help="Camera distance (m): a value D or a range LO:HI [default: 3:8]."),
-    ] = None,
-    focal: Annotated[
-        str | None,
-        typer.Option(help="Focal length (px): a value F or a range LO:HI [default: 1000:1800]."),
-    ] = None,
-    elevation: Annotated[
-        str | None,
-        typer.Option(help="Camera elevation (deg): a value or a range LO:HI [default: -10:35]."),
-    ] = None,
+    distance: _Distance = None,
+    focal: _Focal = None,
+    elevation: _Elevation = None,
 ) -> None:
     """Project a 3D clip through V virtual cameras into a 2D clip (keeps 3D GT and cameras).
 
@@ -161,90 +146,84 @@ def synth(
     ``--ground`` the motion is first lifted by the smallest constant height that keeps every
     foot keypoint at or above its height in the character's standing pose.
     """
-    from mimic2dm.characters.clips import load_mocap_keypoints
-    from mimic2dm.geometry.virtual import CAMERA_MODES
-    from mimic2dm.motion.synth import resample, synthesize_views
+    from mimic2dm.motion.synth import synthesize_views
 
-    if character not in CHARACTERS:
-        raise typer.BadParameter(
-            f"{character!r} is not one of {', '.join(CHARACTERS)}", param_hint="--character"
-        )
-    if camera not in CAMERA_MODES:
-        raise typer.BadParameter(
-            f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera"
-        )
-    if fps is not None and fps <= 0:
-        raise typer.BadParameter("must be > 0", param_hint="--fps")
-    if loops is not None and seconds is not None:
-        raise typer.BadParameter("give --loops or --seconds, not both", param_hint="--seconds")
-    if seconds is not None and not seconds > 0:
-        raise typer.BadParameter("must be > 0", param_hint="--seconds")
+    _check_synth_options(character, camera, fps, loops, seconds)
     labels = _parse_labels(label or [])
     camera_config = _camera_config(distance=distance, focal=focal, elevation=elevation)
-    try:
-        clip = load_mocap_keypoints(mocap)
-    except (OSError, ValueError, KeyError) as e:
-        _error(str(e))
-        raise typer.Exit(1) from None
-    if not _character_matches(clip.character, clip.keypoint_set, character):
-        _error(
-            f"{mocap}: a {clip.character} clip ({clip.keypoint_set}) cannot be used with --character {character}"
-        )
-        raise typer.Exit(1)
-    kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
+    clip = _load_clip(mocap, character)
     meta = {"source": str(mocap), "character": clip.character, "source_fps": clip.fps}
     if camera_config is not None:
         meta["camera_ranges"] = {
             k: list(getattr(camera_config, k))
             for k in ("distance_range", "focal_range", "elevation_range_deg")
         }
-    if ground:
-        from mimic2dm.characters.feet import ground_keypoints
-
-        try:
-            kp, meta["ground_lift_m"] = ground_keypoints(kp, character)
-        except ValueError as e:
-            _error(f"{mocap}: {e}")
-            raise typer.Exit(1) from None
-    if loops is not None or seconds is not None:
-        from mimic2dm.motion.looping import loop_keypoints
-
-        try:
-            kp, obj, meta["loop"] = loop_keypoints(
-                kp, clip.keypoint_set, rate, loops=loops, seconds=seconds, object3d=obj
-            )
-        except ValueError as e:
-            _error(f"{mocap}: {e}")
-            raise typer.Exit(1) from None
-    if fps is not None:
-        kp, rate = resample(kp, clip.fps, fps), fps
-        obj = None if obj is None else resample(obj, clip.fps, fps)
-    m = synthesize_views(
-        kp,
-        clip.keypoint_set,
-        rate,
-        num_views=views,
-        camera=camera,
-        seed=seed,
-        noise_px=noise_px,
-        drop_prob=drop_prob,
-        object3d=obj,
-        camera_config=camera_config,
-        labels=labels,
-        meta=meta,
-    )
+    kp, obj, rate = _prepare_motion(clip, mocap, character, meta, ground, loops, seconds, fps)
+    m = synthesize_views(kp, clip.keypoint_set, rate, num_views=views, camera=camera, seed=seed,
+                         noise_px=noise_px, drop_prob=drop_prob, object3d=obj,
+                         camera_config=camera_config, labels=labels, meta=meta)  # fmt: skip
     try:  # e.g. --fps 0.1 on a short clip leaves a single frame: nothing to track
         check_trackable(m, out)
     except MotionFormatError as e:
-        _error(f"{e} (not written; use a higher --fps or a longer clip)")
-        raise typer.Exit(1) from None
+        fail(f"{e} (not written; use a higher --fps or a longer clip)")
     save_motion2d(m, out)
-    _console().print(
+    console().print(
         f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
         f"{m.keypoint_set}, {camera} cameras",
         markup=False,
         soft_wrap=True,
     )
+
+
+def _check_synth_options(
+    character: str, camera: str, fps: float | None, loops: int | None, seconds: float | None
+) -> None:
+    """Usage errors of ``data synth`` (exit 2)."""
+    from mimic2dm.geometry.virtual import CAMERA_MODES
+
+    check_choice(character, CHARACTERS, "--character")
+    check_choice(camera, CAMERA_MODES, "--camera")
+    check_positive(fps, "--fps")
+    if loops is not None and seconds is not None:
+        refuse("give --loops or --seconds, not both", "--seconds")
+    check_positive(seconds, "--seconds")
+
+
+def _load_clip(mocap: Path, character: str):
+    """The 3D keypoints of ``mocap`` (:func:`mimic2dm.characters.clips.load_mocap_keypoints`),
+    refused (exit 1) unless they fit ``character``."""
+    from mimic2dm.characters.clips import load_mocap_keypoints
+
+    with exit_on(OSError, ValueError, KeyError):
+        clip = load_mocap_keypoints(mocap)
+    if not _character_matches(clip.character, clip.keypoint_set, character):
+        fail(f"{mocap}: a {clip.character} clip ({clip.keypoint_set}) cannot be used with --character {character}")  # fmt: skip
+    return clip
+
+
+def _prepare_motion(clip, mocap: Path, character: str, meta: dict, ground: bool,
+                    loops: int | None, seconds: float | None, fps: float | None):  # fmt: skip
+    """``(keypoints, object3d, fps)`` of ``clip`` grounded, looped and resampled as asked;
+    what each step did goes into ``meta``."""
+    from mimic2dm.motion.synth import resample
+
+    kp, obj, rate = clip.keypoints, clip.object3d, clip.fps
+    if ground:
+        from mimic2dm.characters.feet import ground_keypoints
+
+        with exit_on(ValueError, prefix=f"{mocap}: "):
+            kp, meta["ground_lift_m"] = ground_keypoints(kp, character)
+    if loops is not None or seconds is not None:
+        from mimic2dm.motion.looping import loop_keypoints
+
+        with exit_on(ValueError, prefix=f"{mocap}: "):
+            kp, obj, meta["loop"] = loop_keypoints(
+                kp, clip.keypoint_set, rate, loops=loops, seconds=seconds, object3d=obj
+            )
+    if fps is not None:
+        kp, rate = resample(kp, clip.fps, fps), fps
+        obj = None if obj is None else resample(obj, clip.fps, fps)
+    return kp, obj, rate
 
 
 def _row(path: Path, threshold: float, control_hz: float) -> list[str]:
@@ -334,13 +313,13 @@ def check(
         except MotionFormatError as e:
             failures.append(str(e))
     if table.row_count:
-        _console().print(table)
+        console().print(table)
     for msg in failures:
-        _error(msg)
+        error(msg)
     for msg in flags:
-        _console(stderr=True).print(f"warning: {msg}", markup=False, soft_wrap=True)
+        console(stderr=True).print(f"warning: {msg}", markup=False, soft_wrap=True)
     ok = len(files) - len(failures)
-    _console().print(f"{ok}/{len(files)} file(s) valid", markup=False)
+    console().print(f"{ok}/{len(files)} file(s) valid", markup=False)
     if failures:
         raise typer.Exit(1)
 
@@ -370,9 +349,9 @@ def import_json(
     from mimic2dm.motion.loaders import load_keypoints_json
 
     if (width is None) != (height is None) or (width is not None and min(width, height) <= 0):
-        raise typer.BadParameter("give both, > 0 (or --image-size WxH)", param_hint="--width/--height")  # fmt: skip
+        refuse("give both, > 0 (or --image-size WxH)", "--width/--height")
     if image_size is not None and width is not None:
-        raise typer.BadParameter("give --image-size or --width/--height, not both", param_hint="--image-size")  # fmt: skip
+        refuse("give --image-size or --width/--height, not both", "--image-size")
     size = parse_size(image_size) or ((width, height) if width else None)
     _convert(
         out,
@@ -391,17 +370,13 @@ def _check_aist_options(anno_dir, seq, split, view, one_random_view) -> None:
 
     single = anno_dir.is_file()
     if split is None and seq is None and not single:
-        raise typer.BadParameter(
-            "give --seq or --split (one of them), or a keypoint file", param_hint="--seq/--split"
-        )
+        refuse("give --seq or --split (one of them), or a keypoint file", "--seq/--split")
     if split is not None and (seq is not None or single):
-        raise typer.BadParameter("give --seq or --split, not both", param_hint="--seq/--split")
-    if split is not None and split not in SPLITS:
-        raise typer.BadParameter(
-            f"{split!r} is not one of {', '.join(SPLITS)}", param_hint="--split"
-        )
+        refuse("give --seq or --split, not both", "--seq/--split")
+    if split is not None:
+        check_choice(split, SPLITS, "--split")
     if one_random_view and view:
-        raise typer.BadParameter("give --view or --one-random-view, not both", param_hint="--view")
+        refuse("give --view or --one-random-view, not both", "--view")
 
 
 @app.command("import-aist")
@@ -460,17 +435,14 @@ def import_aist(
         name = seq if seq is not None else anno_dir.stem
         _convert(out, import_sequence, anno_dir, name, views=view or None, one_view_seed=draw, **opts)  # fmt: skip
         return
-    try:
+    with exit_on(*READ_ERRORS):
         files = import_split(anno_dir, split, out, one_view_seed=draw, views=view or None, **opts)
-    except (MotionFormatError, ValueError, KeyError, OSError) as e:
-        _error(str(e))
-        raise typer.Exit(1) from None
     how = (
         f"one random view (seed {seed})"
         if one_random_view
         else "views " + (",".join(view) if view else "all")
     )
-    _console().print(
+    console().print(
         f"wrote {len(files)} clip(s) of the {split} split to {out}: {how}",
         markup=False,
         soft_wrap=True,
@@ -478,14 +450,11 @@ def import_aist(
 
 
 def _convert(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
-    try:
+    with exit_on(*READ_ERRORS):
         m = loader(*args, **kwargs)
-    except (MotionFormatError, ValueError, KeyError, OSError) as e:
-        _error(str(e))
-        raise typer.Exit(1) from None
     save_motion2d(m, out)
     cams = m.summary()["cameras"]
-    _console().print(
+    console().print(
         f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, cameras {cams}",
         markup=False,
         soft_wrap=True,
@@ -514,18 +483,12 @@ def dribble(
     from mimic2dm.characters.dribble_clip import dribble_clip
     from mimic2dm.geometry.virtual import CAMERA_MODES
 
-    if camera not in CAMERA_MODES:
-        raise typer.BadParameter(
-            f"{camera!r} is not one of {', '.join(CAMERA_MODES)}", param_hint="--camera"
-        )
-    try:
+    check_choice(camera, CAMERA_MODES, "--camera")
+    with exit_on(OSError, ValueError, KeyError, prefix=f"{mocap}: "):
         m, d = dribble_clip(mocap, views=views, seed=seed, seconds=seconds, camera=camera)
-    except (OSError, ValueError, KeyError) as e:
-        _error(f"{mocap}: {e}")
-        raise typer.Exit(1) from None
     save_motion2d(m, out)
     seen = float(m.object_confidence.mean())
-    _console().print(
+    console().print(
         f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
         f"{len(d.kicks)} kicks, ball visible in {seen:.0%} of view-frames",
         markup=False,
@@ -546,7 +509,7 @@ def demo(
     m3, m2 = make_demo_clip(seconds=seconds, fps=fps, seed=seed)
     save_motion3d(m3, out_dir / "demo_3d.npz")
     save_motion2d(m2, out_dir / "demo_2d.npz")
-    _console().print(
+    console().print(
         f"wrote {out_dir}/demo_3d.npz and demo_2d.npz ({m2.num_frames} frames)", markup=False
     )
 

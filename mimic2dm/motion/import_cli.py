@@ -14,15 +14,14 @@ import numpy as np
 import typer
 
 from mimic2dm.motion.format import MotionFormatError, _atomic_savez, check_trackable, save_motion2d
+from mimic2dm.utils.cli import console, exit_on, refuse
+
+READ_ERRORS = (MotionFormatError, ValueError, KeyError, OSError)
+"""What reading an input file raises: reported as one line, exit 1."""
 
 
-def _say(msg: str, error: bool = False) -> None:
-    from mimic2dm.motion.cli import _console, _error
-
-    if error:
-        _error(msg)
-    else:
-        _console().print(msg, markup=False, soft_wrap=True)
+def _say(msg: str) -> None:
+    console().print(msg, markup=False, soft_wrap=True)
 
 
 def parse_size(text: str | None, option: str = "--image-size") -> tuple[int, int] | None:
@@ -31,18 +30,15 @@ def parse_size(text: str | None, option: str = "--image-size") -> tuple[int, int
         return None
     w, sep, h = text.lower().partition("x")
     if not sep or not w.isdigit() or not h.isdigit() or int(w) <= 0 or int(h) <= 0:
-        raise typer.BadParameter(f"{text!r}: expected WxH in pixels, e.g. 1920x1080", param_hint=option)  # fmt: skip
+        refuse(f"{text!r}: expected WxH in pixels, e.g. 1920x1080", option)
     return int(w), int(h)
 
 
 def write_clip(out: Path, loader: Any, *args: Any, **kwargs: Any) -> None:
     """Load a 2D clip, refuse it unless trackable, save it and print one summary line."""
-    try:
+    with exit_on(*READ_ERRORS):
         m = loader(*args, **kwargs)
         check_trackable(m, args[0])
-    except (MotionFormatError, ValueError, KeyError, OSError) as e:
-        _say(str(e), error=True)
-        raise typer.Exit(1) from None
     save_motion2d(m, out)
     masked = 1.0 - float(m.mask().mean())
     w, h = m.image_size
@@ -115,18 +111,15 @@ def import_deepmimic(
 ) -> None:
     """DeepMimic humanoid3d / dog3d motion -> the shared mocap layout (cmu_*.npz for the
     humanoid, dog_*.npz for the dog; z-up metres), ready for ``data synth``."""
-    from mimic2dm.motion import deepmimic as dm
+    from mimic2dm.motion import deepmimic
 
-    try:
+    with exit_on(*READ_ERRORS):
         if character_file is None:
-            character_file = dm.find_character_file(src, dm.frame_width(src))
+            character_file = deepmimic.find_character_file(src, deepmimic.frame_width(src))
             if character_file is None:
                 raise MotionFormatError(src, "--character-file", "is not given and no single characters/*.txt beside the clip fits its frames", "--character-file PATH")  # fmt: skip
-        kind, arrays, info = dm.import_deepmimic(src, character_file, fps)
+        kind, arrays, info = deepmimic.import_deepmimic(src, character_file, fps)
         _save_mocap(out, arrays, src)
-    except (MotionFormatError, ValueError, KeyError, OSError) as e:
-        _say(str(e), error=True)
-        raise typer.Exit(1) from None
     layout = "cmu_*.npz, --character humanoid" if kind == "humanoid3d" else "dog_*.npz, --character dog"  # fmt: skip
     how = "resampled" if info["resampled"] else "frames kept"
     n = len(arrays.get("root_translation", arrays.get("positions")))
@@ -152,13 +145,10 @@ def import_bvh(
     from mimic2dm.motion.bvh import import_bvh as read
 
     if up not in ("y", "z"):
-        raise typer.BadParameter(f"{up!r} is not y or z", param_hint="--up")
-    try:
+        refuse(f"{up!r} is not y or z", "--up")
+    with exit_on(*READ_ERRORS):
         arrays, info = read(src, np.array(OFFSETS), scale=scale, up=up, fps=fps)
         _save_mocap(out, arrays, src)
-    except (MotionFormatError, ValueError, KeyError, OSError) as e:
-        _say(str(e), error=True)
-        raise typer.Exit(1) from None
     n = len(arrays["root_translation"])
     _say(f"wrote {out}: humanoid (cmu_*.npz, --character humanoid), {n} frames at {info['fps']:g} fps, scale {info['scale']:g} m/unit ({info['unit']})")  # fmt: skip
 
