@@ -201,42 +201,6 @@ class Task(abc.ABC):
         self.engine.close()
 
 
-class ASITask(Task):
-    """A :class:`Task` whose state outliving episodes is its ASI buffers and RNG (``self.asi``,
-    ``self.gen``) and whose episodes in flight are the per-env tensors ``EPISODE_FIELDS`` plus
-    the engine's exact state (the tracking tasks)."""
-
-    EPISODE_FIELDS: tuple[str, ...] = ()
-
-    def stats(self) -> dict[str, float]:
-        """Adaptive state initialisation statistics."""
-        return self.asi.stats()
-
-    def state_dict(self) -> dict:
-        """What a checkpoint needs to resume the task exactly (ASI buffers, RNG)."""
-        return {"asi": self.asi.state_dict(), "rng": self.gen.get_state()}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.asi.load_state_dict(d["asi"])
-        self.gen.set_state(d["rng"])
-
-    def episode_state(self) -> dict:
-        return {"num_envs": self.N, "tensors": {k: getattr(self, k).clone() for k in self.EPISODE_FIELDS},
-                "engine": self.engine.state_dict()}  # fmt: skip
-
-    def _check_num_envs(self, d: dict) -> None:
-        if d["num_envs"] != self.N:
-            raise ValueError(
-                f"episode state of {d['num_envs']} envs does not fit this task's {self.N}"
-            )
-
-    def load_episode_state(self, d: dict) -> None:
-        self._check_num_envs(d)
-        for k in self.EPISODE_FIELDS:
-            getattr(self, k).copy_(d["tensors"][k])
-        self.engine.load_state_dict(d["engine"])
-
-
 @dataclass(frozen=True)
 class TaskEntry:
     """A registered task.

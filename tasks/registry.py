@@ -1,7 +1,8 @@
 """The task registry: ``TASKS``, ``load_task(name)`` and the one ``make_task(spec, ...)``.
 
-Every sub-package of ``mimic2dm.tasks`` is a task, registered under its package name and
-imported on first use; it exposes its :class:`~.base.TaskEntry` as ``ENTRY``. A task
+Every sub-package of ``mimic2dm.tasks`` but ``common`` (the skeleton the tasks share) is a
+task, registered under its package name and imported on first use; it exposes its
+:class:`~.base.TaskEntry` as ``ENTRY``. A task
 package elsewhere registers itself with ``TASKS.register(name, lambda: ENTRY)``.
 """
 
@@ -18,12 +19,16 @@ from mimic2dm.utils.registry import Registry
 TASKS: Registry[TaskEntry] = Registry("task")
 
 
+NOT_TASKS = ("common",)
+"""Sub-packages that are not tasks."""
+
+
 def _lazy(module: str) -> callable:
     return lambda: importlib.import_module(module).ENTRY
 
 
 for _m in pkgutil.iter_modules([str(Path(__file__).parent)]):
-    if _m.ispkg:
+    if _m.ispkg and _m.name not in NOT_TASKS:
         TASKS.register(_m.name, _lazy(f"mimic2dm.tasks.{_m.name}"))
 
 

@@ -248,7 +248,7 @@ def _first_fill_lowest_points(path: Path, option: str) -> dict[bool, np.ndarray]
     low = {}
     for on in (False, True):
         spec = TaskSpec("tracking2d", "humanoid", data=(str(path),), control_hz=fps,
-                        config={"initial_state": "auto", option: on})  # fmt: skip
+                        config={"initial_state": "auto", "initial_ground": False, option: on})  # fmt: skip
         task = make_task(spec, 4, seed=0)
         s = task.asi.sample_states(torch.arange(task.asi.num_frames - 1), task.gen)
         low[on] = lowest_points(spec.character, s.root_pos, s.root_rot, s.dof_pos)

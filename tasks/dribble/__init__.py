@@ -6,19 +6,16 @@ centre is a 2D point observed beside the keypoints, ``obj`` is rewarded (docs/de
 ball-lost termination is added. See docs/tasks.md.
 """
 
-from mimic2dm.tasks.base import TaskEntry
+from mimic2dm.tasks.common.entry import reference_entry
 from mimic2dm.tasks.dribble.config import DribbleConfig
 from mimic2dm.tasks.tracking2d import check_clip
 
 
 def _build(spec, engine, seed):
     from mimic2dm.tasks.dribble.task import DribbleTask
-    from mimic2dm.tasks.tracking2d.factory import load_library, tracking_config
-    from mimic2dm.tasks.tracking2d.source import ClipReference
+    from mimic2dm.tasks.tracking2d.factory import build
 
-    cfg = tracking_config(spec)
-    source = ClipReference(load_library(spec, cfg), engine.num_envs, cfg.num_views, engine.device)
-    return DribbleTask(engine, source, cfg, seed=seed)
+    return build(spec, engine, seed, DribbleTask)
 
 
 def _evaluate(*args, **kwargs):
@@ -28,13 +25,12 @@ def _evaluate(*args, **kwargs):
     return evaluate(*args, task_cls=DribbleTask, **kwargs)
 
 
-ENTRY = TaskEntry(
-    name="dribble",
-    description="soccer dribbling: track 2D body keypoints and the 2D ball centre with a simulated ball",
-    config_cls=DribbleConfig,
+ENTRY = reference_entry(
+    "dribble",
+    "soccer dribbling: track 2D body keypoints and the 2D ball centre with a simulated ball",
+    DribbleConfig,
     build=_build,
-    characters=("humanoid",),
-    needs_data=True,
-    check_data=check_clip,
     evaluate=_evaluate,
+    characters=("humanoid",),
+    check_data=check_clip,
 )

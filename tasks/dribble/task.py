@@ -5,7 +5,7 @@ What it adds to the tracker (nothing is copied; the tracker's hooks are extended
 - observation: the ball's 2D centre is one more point of every view, the character's
   simulated ball beside its own keypoints and the reference ball beside the reference
   keypoints, normalised like them and masked where the reference does not see the ball
-  (:meth:`view_points`); optionally the ball's simulated state (:meth:`_proprioception`);
+  (:meth:`view_points`); optionally the ball's simulated state (:meth:`proprioception`);
 - reward: the tracker's ``obj`` term (docs/design.md section 3) on the 2D ball-centre error, present here
   because the engine simulates the ball and the clip carries its 2D track;
 - termination ``ball_lost``: the ball's 2D error beyond ``ball_lost_frac x H`` for
@@ -15,8 +15,8 @@ What it adds to the tracker (nothing is copied; the tracker's hooks are extended
 from __future__ import annotations
 
 import torch
-from mimic2dm.tasks.dribble import terms as B
 from mimic2dm.tasks.dribble.config import DribbleConfig
+from mimic2dm.tasks.dribble.terms import ball_far, ball_state, count_lost
 from mimic2dm.tasks.tracking2d.source import ReferenceSource
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
@@ -49,7 +49,7 @@ class DribbleTask(Tracking2DTask):
     def view_points(self) -> tuple[torch.Tensor, ...]:
         """The tracker's points plus the ball centre as point ``K`` (own and reference)."""
         uv, valid, ref_uv, ref_mask, ref_root = super().view_points()
-        c, c_ok = self._project_object()  # [N, V, 2], [N, V]
+        c, c_ok = self.project_object()  # [N, V, 2], [N, V]
         n = self.cfg.num_future
         fut = self.frame[:, None] + torch.arange(1, n + 1, device=self.device)
         track = self.source.objects(fut)  # [N, V, n, 2], [N, V, n]
@@ -66,26 +66,26 @@ class DribbleTask(Tracking2DTask):
             ref_root,
         )
 
-    def _proprioception(self) -> torch.Tensor:
-        prop = super()._proprioception()
+    def proprioception(self) -> torch.Tensor:
+        prop = super().proprioception()
         if not self.cfg.ball_in_proprioception:
             return prop
         s = self._read("state")
         return torch.cat(
             [
                 prop,
-                B.ball_state(s.root_pos, s.root_rot, s.object_pos[:, 0], s.object_lin_vel[:, 0]),
+                ball_state(s.root_pos, s.root_rot, s.object_pos[:, 0], s.object_lin_vel[:, 0]),
             ],
             -1,
         )
 
     # ------------------------------------------------------------------ terminations
-    def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
-        causes = super()._terminations(uv, ref, mask, H)
-        sim_c, sim_ok = self._project_object()
+    def terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
+        causes = super().terminations(uv, ref, mask, H)
+        sim_c, sim_ok = self.project_object()
         ref_c, ref_ok = self.source.objects(self.frame)
-        far = B.ball_far(sim_c, ref_c, self.source.heights(), self.cfg.ball_lost_frac)
-        self.lost = B.count_lost(self.lost, far, ref_ok & sim_ok)
+        far = ball_far(sim_c, ref_c, self.source.heights(), self.cfg.ball_lost_frac)
+        self.lost = count_lost(self.lost, far, ref_ok & sim_ok)
         lost = self.lost >= self.cfg.ball_lost_steps
         if not self.cfg.early_termination:
             lost = torch.zeros_like(lost)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from mimic2dm.tasks.base import StepResult, Task
+from mimic2dm.tasks.base import StepResult
+from mimic2dm.tasks.common.task import EpisodeTask
 
 from mimic2dm.engines.base import Engine
 
@@ -60,7 +61,7 @@ def stand_terms(dof_pos, dof_target, root_h, root_h_target, action, prev_action,
     }
 
 
-class StandTask(Task):
+class StandTask(EpisodeTask):
     """Stand still in the default pose. Observation: ``[prop | goal]`` with ``prop`` = root
     height, root velocities, joint angles and velocities, and ``goal`` = joint-angle and
     root-height errors to the default pose."""
@@ -68,24 +69,17 @@ class StandTask(Task):
     name = "stand"
 
     def __init__(self, engine: Engine, cfg: StandConfig, seed: int = 0):
-        super().__init__(engine, seed)
         unknown = sorted(set(cfg.scales) - {"pose", "height", "reg"})
         if unknown or sum(cfg.scales.values()) <= 0:
             raise ValueError(
                 f"task.scales {cfg.scales}: terms are pose, height, reg with a positive sum"
             )
-        self.cfg, dev = cfg, self.device
-        self.default = engine.default_state(1)
-        lo, hi = engine.get_dof_limits()
-        self.act_offset = self.default.dof_pos[0].clone()
-        self.act_scale = 0.5 * (hi - lo) * cfg.action_scale
-        self.lo, self.hi = lo, hi
+        default = engine.default_state(1)
+        super().__init__(engine, seed, cfg, act_offset=default.dof_pos[0].clone())
+        self.default = default
+        self.lo, self.hi = engine.get_dof_limits()
         self.h0 = float(self.default.root_pos[0, 2])
-        N, J = engine.num_envs, engine.num_dofs
-        self.steps = torch.zeros(N, dtype=torch.long, device=dev)
-        self.ep_return = torch.zeros(N, device=dev)
-        self.prev_action = torch.zeros(N, J, device=dev)
-        self.reset(torch.arange(N, device=dev))
+        self.reset(torch.arange(self.N, device=self.device))
 
     def obs_layout(self) -> dict[str, int]:
         J = self.engine.num_dofs
@@ -99,11 +93,10 @@ class StandTask(Task):
         s.dof_pos = (s.dof_pos + u * self.cfg.init_noise * 0.5 * (self.hi - self.lo)).clamp(
             self.lo, self.hi
         )
-        self.engine.reset(env_ids, s)
-        self.steps[env_ids], self.ep_return[env_ids], self.prev_action[env_ids] = 0, 0.0, 0.0
+        self.begin_episodes(env_ids, s)
 
     def observe(self) -> torch.Tensor:
-        s = self.engine.get_state()
+        s = self._read("state")
         h = s.root_pos[:, 2:3]
         prop = torch.cat([h, s.root_lin_vel, s.root_ang_vel, s.dof_pos, s.dof_vel], -1)
         goal = torch.cat([s.dof_pos - self.act_offset, h - self.h0], -1)
@@ -111,47 +104,9 @@ class StandTask(Task):
 
     def step(self, actions: torch.Tensor) -> StepResult:
         a = actions.to(self.device).clamp(-1.0, 1.0)
-        self.engine.step(self.act_offset + self.act_scale * a)
-        self.steps += 1
-        s = self.engine.get_state()
+        self.advance(a)
+        s = self._read("state")
         terms = stand_terms(
             s.dof_pos, self.act_offset, s.root_pos[:, 2], self.h0, a, self.prev_action, self.cfg
         )
-        total = sum(self.cfg.scales.values())
-        reward = sum(terms[k] * (w / total) for k, w in self.cfg.scales.items() if w > 0)
-        nonfinite = self.engine.nonfinite_envs()
-        reward = torch.where(nonfinite, torch.zeros_like(reward), reward).nan_to_num(0.0)
-        fall = (s.root_pos[:, 2] < self.cfg.fall_height) & ~nonfinite
-        if not self.cfg.early_termination:
-            fall = torch.zeros_like(fall)
-        terminated = fall | nonfinite
-        truncated = ~terminated & (self.steps >= self.cfg.max_episode_steps)
-        self.ep_return += reward
-        self.prev_action = a.clone()
-        done = terminated | truncated
-        ep_len = torch.where(done, self.steps, torch.zeros_like(self.steps))
-        ep_ret = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
-        self.reset(torch.nonzero(done).flatten())
-        causes = {"fall": fall, "nonfinite": nonfinite, "timeout": truncated}
-        return StepResult(
-            self.observe(), reward, terms, terminated, truncated, causes, ep_len, ep_ret
-        )
-
-    def state_dict(self) -> dict:
-        return {"rng": self.gen.get_state()}
-
-    def load_state_dict(self, d: dict) -> None:
-        self.gen.set_state(d["rng"])
-
-    def episode_state(self) -> dict:
-        return {"num_envs": self.num_envs, "steps": self.steps.clone(), "ep_return": self.ep_return.clone(),
-                "prev_action": self.prev_action.clone(), "engine": self.engine.state_dict()}  # fmt: skip
-
-    def load_episode_state(self, d: dict) -> None:
-        if d["num_envs"] != self.num_envs:
-            raise ValueError(
-                f"episode state of {d['num_envs']} envs does not fit this task's {self.num_envs}"
-            )
-        for k in ("steps", "ep_return", "prev_action"):
-            getattr(self, k).copy_(d[k])
-        self.engine.load_state_dict(d["engine"])
+        return self.finish_step(a, terms, self.cfg.scales, self.fall_causes())

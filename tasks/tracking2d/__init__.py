@@ -2,14 +2,8 @@
 terminations and adaptive state initialisation; the reference comes from a
 :class:`~mimic2dm.tasks.tracking2d.source.ReferenceSource`."""
 
-from mimic2dm.tasks.base import TaskEntry
+from mimic2dm.tasks.common.entry import reference_entry
 from mimic2dm.tasks.tracking2d.config import TrackingConfig, upgrade_spec
-
-
-def _build(spec, engine, seed):
-    from mimic2dm.tasks.tracking2d.factory import build
-
-    return build(spec, engine, seed)
 
 
 def check_clip(motion) -> str | None:
@@ -25,19 +19,12 @@ def check_clip(motion) -> str | None:
     return None
 
 
-def _evaluate(*args, **kwargs):
-    from mimic2dm.tasks.tracking2d.evaluation import evaluate
-
-    return evaluate(*args, **kwargs)
-
-
-ENTRY = TaskEntry(
-    name="tracking2d",
-    description="view-agnostic 2D keypoint tracking of reference clips (paper 3.2-3.3)",
-    config_cls=TrackingConfig,
-    build=_build,
-    needs_data=True,
+ENTRY = reference_entry(
+    "tracking2d",
+    "view-agnostic 2D keypoint tracking of reference clips (paper 3.2-3.3)",
+    TrackingConfig,
+    build="mimic2dm.tasks.tracking2d.factory:build",
+    evaluate="mimic2dm.tasks.tracking2d.evaluation:evaluate",
     check_data=check_clip,
-    evaluate=_evaluate,
     upgrade_spec=upgrade_spec,
 )

@@ -8,13 +8,17 @@ The metrics of docs/design.md section 10 are computed on the whole sequence.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
+from mimic2dm.tasks.common.evaluation import (
+    evaluation_config,
+    policy_rollout,
+    start_sequences,
+    write_overlays,
+)
 from mimic2dm.tasks.registry import build_engine
-from mimic2dm.tasks.tracking2d.asi import ASIConfig
 from mimic2dm.tasks.tracking2d.factory import tracking_config
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 from mimic2dm.tasks.tracking2d.source import ClipReference
@@ -22,8 +26,6 @@ from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
 from mimic2dm import metrics
 from mimic2dm.characters.feet import character_feet
-from mimic2dm.engines.base import SimState
-from mimic2dm.utils.draw import overlay_grid
 from mimic2dm.utils.reporting import write_json_report
 
 
@@ -52,20 +54,18 @@ def rollout(task: Tracking2DTask, policy, T: int, states: bool = True) -> dict:
     N, V, K = task.N, task.V, task.K
     rec = {"uv": torch.zeros(N, T, V, K, 2), "ref": torch.zeros(N, T, V, K, 2), "mask": torch.zeros(N, T, V, K, dtype=torch.bool),
            "front": torch.zeros(N, T, V, K, dtype=torch.bool), "kp3d": torch.zeros(N, T, K, 3), "state0": []}  # fmt: skip
-    for t in range(T):
+
+    def record(t: int) -> None:
         uv, front = task.project_character()
         ref, mask = task.reference(task.frame)
         rec["uv"][:, t], rec["ref"][:, t], rec["mask"][:, t] = uv.cpu(), ref.cpu(), mask.cpu()
         rec["front"][:, t] = front.cpu()
         rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
-        if states:
-            rec["state0"].append(
-                task.engine.get_state().index(slice(0, 1))
-            )  # rendered by render.py
+        if states:  # env 0's state, rendered by render.py
+            rec["state0"].append(task.engine.get_state().index(slice(0, 1)))
         _record_object(task, rec, t, T)
-        if t < T - 1:
-            with torch.no_grad():
-                task.advance(policy.act(task.observe(), deterministic=True))
+
+    policy_rollout(task, policy, T, record)
     return rec
 
 
@@ -82,7 +82,7 @@ def _record_object(task: Tracking2DTask, rec: dict, t: int, T: int) -> None:
                    obj_ok=torch.zeros(N, T, V, dtype=torch.bool),
                    obj_front=torch.zeros(N, T, V, dtype=torch.bool), obj3d=torch.zeros(N, T, 3),
                    root3d=torch.zeros(N, T, 3))  # fmt: skip
-    sim_c, sim_ok = task._project_object()
+    sim_c, sim_ok = task.project_object()
     s = task.engine.get_state()
     rec["obj_uv"][:, t], rec["obj_ref"][:, t] = sim_c.cpu(), track[0].cpu()
     rec["obj_ok"][:, t], rec["obj_front"][:, t] = track[1].cpu(), sim_ok.cpu()
@@ -140,8 +140,7 @@ def _metrics(
 def _roll_out(policy, data, views: int, task_cls: type, states: bool = True):
     """Every sequence of ``data`` rolled out deterministically from its first frame."""
     spec = policy.env_spec
-    cfg = dataclasses.replace(tracking_config(spec), num_views=views, early_termination=False,
-                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+    cfg = evaluation_config(tracking_config(spec), num_views=views)
     lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
     seqs = sequences(lib, views)
     N = len(seqs)
@@ -151,8 +150,7 @@ def _roll_out(policy, data, views: int, task_cls: type, states: bool = True):
     task = task_cls(engine, source, cfg, seed=0)
     clip_ids = torch.tensor([c for c, _ in seqs])
     starts = lib.offsets[clip_ids]
-    task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
-                        torch.tensor([v for _, v in seqs]))  # fmt: skip
+    start_sequences(task, starts, torch.tensor([v for _, v in seqs]))
     rec = rollout(task, policy, lib.max_len, states)
     return task, lib, seqs, source, cfg, rec
 
@@ -233,33 +231,9 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
 
 def _write_outputs(report, rec, lib, seqs, spec, json_out, picture_out, video_out) -> None:
     """JSON report; overlay picture and video of the first sequence's first view."""
+    write_json_report(report, json_out or None)
     c, vs = seqs[0]
     n = lib.clips[c].num_frames
-    cam = lib.camera(c, vs[0])
-    ref, sim, mask = (
-        rec["ref"][0, :n, 0].numpy(),
-        rec["uv"][0, :n, 0].numpy(),
-        rec["mask"][0, :n, 0].numpy(),
-    )
-    write_json_report(report, json_out or None)
-    if picture_out:
-        frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
-        Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
-        overlay_grid(ref, sim, mask, lib.kset.edges, (cam.width, cam.height), frames).save(
-            picture_out
-        )
-    if video_out:
-        from mimic2dm.render import try_render, write_video
-
-        frames = try_render(
-            spec.character,
-            SimState.cat(rec["state0"]).index(slice(0, n)),
-            cam,
-            spec.objects,
-            ref_uv=ref,
-            ref_mask=mask,
-            kset=lib.kset,
-        )
-        if frames is not None:
-            Path(video_out).parent.mkdir(parents=True, exist_ok=True)
-            write_video(video_out, frames, spec.control_hz)
+    write_overlays(spec, lib.camera(c, vs[0]), lib.kset, rec["ref"][0, :n, 0].numpy(),
+                   rec["uv"][0, :n, 0].numpy(), rec["mask"][0, :n, 0].numpy(), rec["state0"],
+                   picture_out, video_out)  # fmt: skip

@@ -31,8 +31,11 @@ def load_library(spec: TaskSpec, cfg: TrackingConfig, **overrides) -> ReferenceL
     return ReferenceLibrary.from_files(list(spec.data), spec.control_hz, **kw)
 
 
-def build(spec: TaskSpec, engine: Engine, seed: int = 0) -> Tracking2DTask:
-    """The task of ``spec`` on ``engine``: clips of ``spec.data``, views drawn per episode."""
+def build(
+    spec: TaskSpec, engine: Engine, seed: int = 0, task_cls: type = Tracking2DTask
+) -> Tracking2DTask:
+    """The task of ``spec`` on ``engine``: clips of ``spec.data``, views drawn per episode
+    (``task_cls``: the tracker or a task built on it, such as ``DribbleTask``)."""
     cfg = tracking_config(spec)
     source = ClipReference(load_library(spec, cfg), engine.num_envs, cfg.num_views, engine.device)
-    return Tracking2DTask(engine, source, cfg, seed=seed)
+    return task_cls(engine, source, cfg, seed=seed)

@@ -9,52 +9,12 @@ from __future__ import annotations
 
 import torch
 
-from mimic2dm.geometry import rotations as rot
-
 
 def normalize_pixels(uv: torch.Tensor, intrinsics: torch.Tensor) -> torch.Tensor:
     """Pixels ``[N, ..., K, 2]`` -> normalised image coordinates with ``intrinsics [N, 4]``."""
     shape = (intrinsics.shape[0],) + (1,) * (uv.ndim - 2) + (4,)
     k = intrinsics.reshape(shape)
     return (uv - k[..., 2:4]) / k[..., 0:2]
-
-
-def proprioception(
-    root_pos: torch.Tensor,
-    root_rot: torch.Tensor,
-    root_lin_vel: torch.Tensor,
-    root_ang_vel: torch.Tensor,
-    body_rot: torch.Tensor,
-    parents: torch.Tensor,
-    dof_vel: torch.Tensor,
-    key_body_pos: torch.Tensor,
-) -> torch.Tensor:
-    """Proprioception in the character's heading frame (paper B.2).
-
-    Args:
-        root_pos: ``[N, 3]`` world root position; root_rot ``[N, 4]`` xyzw.
-        root_lin_vel, root_ang_vel: ``[N, 3]`` world-frame velocities.
-        body_rot: ``[N, B, 4]`` world body rotations, root first.
-        parents: ``[B]`` parent body index (root: -1).
-        dof_vel: ``[N, J]`` joint velocities.
-        key_body_pos: ``[N, Kb, 3]`` world positions of key bodies.
-
-    Returns:
-        ``[N, 1 + 3 + 3 + 6 + 6 (B - 1) + J + 3 Kb]``: root height, local linear and
-        angular velocity, root tilt (6D, heading removed), local rotation of every
-        non-root body relative to its parent (6D), joint velocities, key-body positions
-        relative to the root in the heading frame.
-    """
-    hinv = rot.heading_quat_inv(root_rot)
-    v = rot.quat_rotate(hinv, root_lin_vel)
-    w = rot.quat_rotate(hinv, root_ang_vel)
-    tilt = rot.quat_to_rot6d(rot.quat_mul(hinv, root_rot))
-    child = body_rot[:, 1:]
-    parent = body_rot[:, parents[1:]]
-    local = rot.quat_to_rot6d(rot.quat_mul(rot.quat_conjugate(parent), child)).flatten(1)
-    rel = key_body_pos - root_pos[:, None]
-    key = rot.quat_rotate(hinv[:, None].expand(-1, rel.shape[1], -1), rel).flatten(1)
-    return torch.cat([root_pos[:, 2:3], v, w, tilt, local, dof_vel, key], dim=-1)
 
 
 def masked_root(x: torch.Tensor, mask: torch.Tensor, root_idx: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from mimic2dm.tasks.common.terms import check_reward, check_scales  # noqa: F401 (check_scales: tracking3d.config imports it from here)
 
 TERMS = ("pos", "vel", "obj", "reg", "ori", "contact", "scale")
 """Every reward term the task can produce (``obj`` only with an object and its 2D track;
@@ -30,21 +31,6 @@ def _default_scales() -> dict[str, float]:
         "contact": 0.0,
         "scale": 0.0,
     }
-
-
-def check_scales(scales: dict[str, float], terms) -> None:
-    """Reward ``scales`` name only known ``terms`` and weigh each ``>= 0``.
-
-    Raises:
-        ConfigError: naming ``task.reward.scales`` (or the term) and what is allowed.
-    """
-    from mimic2dm.utils.validate import ConfigError, check
-
-    unknown = sorted(set(scales) - set(terms))
-    if unknown:
-        raise ConfigError("task.reward.scales", unknown, f"terms among {list(terms)}")
-    for name, weight in scales.items():
-        check(f"task.reward.scales.{name}", weight, ge=0)
 
 
 @dataclass
@@ -76,19 +62,9 @@ class RewardConfig:
     alpha_scale: float = 200.0
 
     def __post_init__(self) -> None:
-        from mimic2dm.utils.validate import check
-
-        check_scales(self.scales, TERMS)
-        for name in (
-            "alpha_pos",
-            "alpha_vel",
-            "alpha_obj",
-            "alpha_reg",
-            "ori_margin",
-            "contact_still",
-            "alpha_scale",
-        ):
-            check(f"task.reward.{name}", getattr(self, name), gt=0)
+        positive = ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg", "ori_margin", "contact_still",
+                    "alpha_scale")  # fmt: skip
+        check_reward(self, TERMS, positive)
 
 
 def masked_sq_error(
@@ -241,15 +217,3 @@ def reward_terms(
             speed, both[:, kp], flags.to(sim_uv.dtype), cfg.contact_still
         )
     return terms
-
-
-def combine(terms: dict[str, torch.Tensor], scales: dict[str, float]) -> torch.Tensor:
-    """Weighted sum of ``terms`` (each ``[N]``) with ``scales``, re-normalised over the terms
-    present (a term that does not apply, such as ``obj`` without an object, is absent) -> ``[N]``."""
-    weights = {name: float(scales.get(name, 0.0)) for name in terms}
-    total = sum(weights.values())
-    if total <= 0:
-        raise ValueError(
-            f"reward scales {dict(scales)} give no weight to the terms present {list(terms)}"
-        )
-    return sum(terms[name] * (w / total) for name, w in weights.items() if w > 0)

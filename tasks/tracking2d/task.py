@@ -16,16 +16,15 @@ from __future__ import annotations
 import logging
 
 import torch
-from mimic2dm.tasks.base import ASITask, StepResult
-from mimic2dm.tasks.tracking2d import observations as O
-from mimic2dm.tasks.tracking2d import terminations as X
-from mimic2dm.tasks.tracking2d.asi import StateBuffers
+from mimic2dm.tasks.base import StepResult
+from mimic2dm.tasks.common.task import ReferenceTask
 from mimic2dm.tasks.tracking2d.config import TrackingConfig
-from mimic2dm.tasks.tracking2d.rewards import combine, reward_terms
+from mimic2dm.tasks.tracking2d.observations import observation_2d, observation_2d_size
+from mimic2dm.tasks.tracking2d.rewards import reward_terms
 from mimic2dm.tasks.tracking2d.source import ReferenceSource
+from mimic2dm.tasks.tracking2d.terminations import reprojection_exceeded
 
 from mimic2dm.engines.base import Engine, SimState
-from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import MIN_DEPTH, project_points
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ log = logging.getLogger(__name__)
 CAUSES = ("reprojection", "fall", "nonfinite", "timeout")
 
 
-class Tracking2DTask(ASITask):
+class Tracking2DTask(ReferenceTask):
     """Vectorised 2D tracking over ``engine.num_envs`` envs with per-env auto-reset.
 
     Args:
@@ -49,91 +48,35 @@ class Tracking2DTask(ASITask):
 
     def __init__(self, engine: Engine, source: ReferenceSource, cfg: TrackingConfig, seed: int = 0,
                  init: SimState | None = None):  # fmt: skip
-        super().__init__(engine, seed)
-        spec = engine.character
-        if spec.keypoint_set != source.kset.name:
-            raise ValueError(
-                f"character {spec.name!r} has keypoints {spec.keypoint_set!r} but the reference uses {source.kset.name!r}"
-            )
+        super().__init__(engine, seed, cfg, source.kset.name)
         if source.num_views != cfg.num_views or source.num_envs != engine.num_envs:
             raise ValueError(f"reference source has {source.num_envs} envs x {source.num_views} views, the task "
                              f"{engine.num_envs} x {cfg.num_views}")  # fmt: skip
-        self.source, self.cfg = source, cfg
-        self.N, self.V, self.K = engine.num_envs, cfg.num_views, engine.num_keypoints
-        dev = self.device
-        lo, hi = engine.get_dof_limits()
-        # zero action holds the default (standing) pose; +-1 spans half the joint range around it
-        self.act_offset = torch.tensor(spec.default_pose.dof_pos, dtype=torch.float32, device=dev)
-        self.act_scale = 0.5 * (hi - lo) * cfg.action_scale
-        self.parents = torch.tensor(spec.tree.parents, device=dev)
-        self.key_idx = torch.tensor(
-            [engine.body_names.index(b) for b in spec.key_bodies], device=dev
-        )
-        self.root_idx = torch.tensor(source.kset.root, device=dev)
-        # the root-frame axis that is vertical in the default pose (tilt fall detection)
-        q0 = torch.tensor(spec.default_pose.root_quat, dtype=torch.float32, device=dev)
-        self.up_local = rot.quat_rotate_inverse(q0, torch.tensor([0.0, 0.0, 1.0], device=dev))
+        self.source, self.V = source, cfg.num_views
+        self.root_idx = torch.tensor(source.kset.root, device=self.device)
+        spec = engine.character
+        ground = init is None and cfg.initial_ground  # given states are used as they are
         if init is None:
             init = source.initial_states(
                 engine.default_state(1), spec, cfg.initial_state, cfg.initial_level_feet
             )
-            if cfg.initial_ground:
-                from mimic2dm.tasks.tracking2d.initial import ground_states_logged
-
-                init = ground_states_logged(init, spec, log)
-        self.asi = StateBuffers(init, source.valid_starts(), cfg.asi)
-        # the ASI slot each episode started from (-1: none), rescored by the critic
-        self.start_slot = torch.full((self.N,), -1, dtype=torch.long, device=dev)
+        self.start_buffers(init, source.valid_starts(), ground, log)
         self._ori_pairs, self._contact = self._reward_cues(spec, source.kset)
-        self.frame = torch.zeros(self.N, dtype=torch.long, device=dev)
-        self.steps = torch.zeros(self.N, dtype=torch.long, device=dev)
-        self.ep_return = torch.zeros(self.N, device=dev)
-        self.prev_action = torch.zeros(self.N, engine.num_dofs, device=dev)
-        self._obs_state: SimState | None = None
-        self._cache: dict = {}
         self._pending: tuple | None = None  # a step between step_begin and step_end
-        self.reset(torch.arange(self.N, device=dev))
-        self.prop_dim = self._proprioception().shape[1]
-        self.view_dim = O.observation_2d_size(self.view_points()[0].shape[2], cfg.num_future)
+        self.start()
+        self.view_dim = observation_2d_size(self.view_points()[0].shape[2], cfg.num_future)
 
     def obs_layout(self) -> dict[str, int]:
         """Sizes the view-aggregation network needs to split observations."""
         return {"prop": self.prop_dim, "view": self.view_dim, "views": self.V}
 
     # ------------------------------------------------------------------ episodes
-    def reset(self, env_ids: torch.Tensor) -> None:
-        """Start new episodes in ``env_ids [E]``: ASI start frame and state, fresh views."""
-        if env_ids.numel() == 0:
-            return
-        g = self.asi.sample_frames(env_ids.numel(), self.gen)
-        states, slots = self.asi.sample(g, self.gen)
-        self.start_episodes(env_ids, g, states)
-        self.start_slot[env_ids] = slots.to(self.device)
-
     def start_episodes(self, env_ids: torch.Tensor, starts: torch.Tensor, states: SimState,
                        view_ids: torch.Tensor | None = None) -> None:  # fmt: skip
         """Start episodes in ``env_ids [E]`` at global start frames ``starts [E]`` from
         ``states``; ``view_ids [E, V]`` picks the reference's views (default: drawn)."""
-        self.steps[env_ids] = 0
-        self.start_slot[env_ids] = -1  # not from an ASI buffer unless reset() says so
-        self.ep_return[env_ids] = 0.0
-        self.prev_action[env_ids] = 0.0
-        self.engine.reset(env_ids, states)
-        self._cache.clear()
+        self.begin_episodes(env_ids, states)
         self.frame[env_ids] = self.source.begin(env_ids, starts, self.gen, view_ids)
-
-    def refresh(self) -> None:
-        """Forget the cached read-outs and projections: call after changing the reference's
-        cameras between steps (the task itself refreshes on every step and reset)."""
-        self._cache.clear()
-
-    def _read(self, what: str):
-        """Engine read-outs, fetched once per physics state (the cache clears on step/reset)."""
-        if what not in self._cache:
-            read = {"state": self.engine.get_state, "bodies": self.engine.get_body_poses,
-                    "keypoints": self.engine.get_keypoints}[what]  # fmt: skip
-            self._cache[what] = read()
-        return self._cache[what]
 
     def project_character(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The character's keypoints in every env's reference views at the current frame.
@@ -159,7 +102,7 @@ class Tracking2DTask(ASITask):
         uv, mask, _ = self.source.keypoints(frame)
         return uv, mask
 
-    def _project_object(self) -> tuple[torch.Tensor, torch.Tensor]:
+    def project_object(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The first object's centre in every view: ``uv [N, V, 2]``, ``valid [N, V]``."""
         R, t, k = self._cameras()
         p = self._read("state").object_pos[:, :1, :][:, None].expand(-1, self.V, -1, -1)
@@ -167,12 +110,6 @@ class Tracking2DTask(ASITask):
         return uv[:, :, 0], depth[:, :, 0] > MIN_DEPTH
 
     # ------------------------------------------------------------------ observations
-    def _proprioception(self) -> torch.Tensor:
-        s = self._read("state")
-        pos, brot = self._read("bodies")
-        return O.proprioception(s.root_pos, s.root_rot, s.root_lin_vel, s.root_ang_vel, brot, self.parents,
-                                s.dof_vel, pos[:, self.key_idx])  # fmt: skip
-
     def view_points(self) -> tuple[torch.Tensor, ...]:
         """The 2D points each view observes (subclasses append points, e.g. a ball centre).
 
@@ -188,13 +125,13 @@ class Tracking2DTask(ASITask):
 
     def observe(self) -> torch.Tensor:
         """Observation ``[N, prop + V * view]`` of the current state (no camera parameters)."""
-        prop = self._proprioception()
+        prop = self.proprioception()
         uv, valid, ref_uv, ref_mask, ref_root = self.view_points()
         _, _, k = self._cameras()
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
-        view_obs = O.observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root),
+        view_obs = observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root),
                                     flat(k), self.root_idx)  # fmt: skip
-        self._obs_state = self._read("state")
+        self.obs_state = self._read("state")
         return torch.cat([prop, view_obs.reshape(self.N, -1)], dim=-1)
 
     # ------------------------------------------------------------------ stepping
@@ -239,26 +176,8 @@ class Tracking2DTask(ASITask):
                              self.cfg.reward, self._object_pair(flat), control_hz=1.0 / self.engine.control_dt,
                              ori_pairs=self._ori_pairs, contact=self._contact_flags())  # fmt: skip
         terms = {k: v.reshape(self.N, self.V).mean(1) for k, v in terms.items()}
-        reward = combine(terms, self.cfg.reward.scales)
-        causes = self._terminations(flat(uv), flat(ref), flat(mask), H)
-        reward = torch.where(causes["nonfinite"], torch.zeros_like(reward), reward).nan_to_num(0.0)
-        terminated = torch.stack(list(causes.values())).any(0)  # every cause but the time-out
-        truncated = ~terminated & (
-            self.source.at_end(self.frame) | (self.steps >= self.cfg.max_episode_steps)
-        )
-        causes["timeout"] = truncated
-        if self.source.replays_starts:  # ASI counts samples (at the observed frame), failures
-            ids = torch.arange(self.N, device=self.device)
-            self.asi.note_step(self.source.global_frame(ids, self.frame) - 1, terminated)
-        self.ep_return += reward
-        self.prev_action = a.clone()
-        done = terminated | truncated
-        ep_len = torch.where(done, self.steps, torch.zeros_like(self.steps))
-        ep_ret = torch.where(done, self.ep_return, torch.zeros_like(self.ep_return))
-        self.reset(torch.nonzero(done).flatten())
-        return StepResult(
-            self.observe(), reward, terms, terminated, truncated, causes, ep_len, ep_ret
-        )
+        causes = self.terminations(flat(uv), flat(ref), flat(mask), H)
+        return self.finish_step(a, terms, self.cfg.reward.scales, causes)
 
     def _reward_cues(self, spec, kset) -> tuple[torch.Tensor, tuple | None]:
         """Indices of Yu et al. 2021's cues: ``(left, right)`` shoulder / hip keypoint pairs
@@ -292,64 +211,26 @@ class Tracking2DTask(ASITask):
         if track is None:
             return None
         ref_c, ref_ok = track
-        sim_c, sim_ok = self._project_object()
+        sim_c, sim_ok = self.project_object()
         return flat(sim_c), flat(ref_c), flat(ref_ok & sim_ok)
 
-    def advance(self, actions: torch.Tensor, background: bool = False) -> None:
-        """Physics only: apply normalised ``actions [N, J]`` as PD targets, move one frame on
-        (``background``: the engine steps on its own thread, read-outs wait for it)."""
-        targets = self.act_offset + self.act_scale * actions.clamp(-1.0, 1.0)
-        if background:
-            self.engine.step_async(targets)
-        else:
-            self.engine.step(targets)
-        self._cache.clear()
-        self.frame += 1
-        self.steps += 1
+    def terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
+        """``{"reprojection", "fall", "nonfinite": [N] bool}``: a view's reprojection error
+        beyond ``tau_term x H`` (``uv, ref [N * V, K, 2]``, ``mask [N * V, K]``, ``H [N * V]``)."""
+        far = reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term)
+        return self.fall_causes("reprojection", far.reshape(self.N, self.V).any(1))
 
-    def _terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
-        nonfinite = self.engine.nonfinite_envs()
-        s = self._read("state")
-        reproj = (
-            X.reprojection_exceeded(uv, ref, mask, H, self.cfg.tau_term)
-            .reshape(self.N, self.V)
-            .any(1)
-        )
-        fall = X.fallen(s.root_pos[:, 2], self.cfg.fall_height)
-        if self.cfg.fall_tilt_deg > 0:
-            fall = fall | X.tilted(s.root_rot, self.up_local, self.cfg.fall_tilt_deg)
-        if not self.cfg.early_termination:
-            reproj, fall = torch.zeros_like(reproj), torch.zeros_like(fall)
-        return {
-            "reprojection": reproj & ~nonfinite,
-            "fall": fall & ~nonfinite & ~reproj,
-            "nonfinite": nonfinite,
-        }
+    # ------------------------------------------------------------------ the reference
+    @property
+    def replays_starts(self) -> bool:
+        """Clips replay their frames (ASI); a stream does not."""
+        return self.source.replays_starts
 
-    # ------------------------------------------------------------------ ASI
-    def observe_values(self, values: torch.Tensor) -> int:
-        """Score the states behind the last observation with the critic's ``values [N]``.
+    def global_frame(self, env_ids: torch.Tensor) -> torch.Tensor:
+        return self.source.global_frame(env_ids, self.frame[env_ids])
 
-        States that an episode just started from came from the buffers: their values
-        rescore them in place (the current critic's view of a stored state). The others
-        may replace their buffer's lowest score. Returns the number of replacements (a 0-d
-        tensor: no host sync).
-        """
-        if not self.source.replays_starts or self._obs_state is None:
-            return 0
-        v = values.detach().reshape(-1).float()
-        fresh = torch.nonzero((self.steps == 0) & (self.start_slot >= 0)).flatten()
-        if fresh.numel():
-            g0 = self.source.global_frame(fresh, self.frame[fresh])
-            self.asi.rescore(g0, self.start_slot[fresh], v[fresh])
-        keep = (self.steps > 0) & ~self.source.at_end(self.frame)
-        ids = torch.nonzero(keep).flatten()
-        g = self.source.global_frame(ids, self.frame[ids])
-        return self.asi.update(
-            g, self._obs_state.index(ids), values.detach().reshape(-1)[ids].float()
-        )
-
-    EPISODE_FIELDS = ("frame", "steps", "ep_return", "prev_action", "start_slot")
+    def at_end(self) -> torch.Tensor:
+        return self.source.at_end(self.frame)
 
     def episode_state(self) -> dict:
         """The episodes in flight (per-env tensors, the reference's, the engine's exact state):
@@ -358,16 +239,7 @@ class Tracking2DTask(ASITask):
 
     def load_episode_state(self, d: dict) -> None:
         """Continue the episodes of :meth:`episode_state` (same spec and ``num_envs``)."""
-        self._check_num_envs(d)
-        for k in self.EPISODE_FIELDS:
-            if k in d["tensors"]:  # older checkpoints lack start_slot: no rescoring of their starts
-                getattr(self, k).copy_(d["tensors"][k])
-            elif k == "start_slot":
-                self.start_slot.fill_(-1)
-            else:
-                raise KeyError(f"episode state lacks {k!r}")
         # checkpoints of older code kept the clip's per-env tensors beside the task's
         src = d["source"] if "source" in d else {"clip": d["tensors"]["clip"], "views": d["views"]}
         self.source.load_episode_state(src)
-        self.engine.load_state_dict(d["engine"])
-        self._cache.clear()
+        super().load_episode_state(d)

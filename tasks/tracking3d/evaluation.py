@@ -12,13 +12,17 @@ the physical-plausibility measures of :func:`mimic2dm.metrics.plausibility`.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 import torch
+from mimic2dm.tasks.common.evaluation import (
+    evaluation_config,
+    policy_rollout,
+    start_sequences,
+    write_overlays,
+)
 from mimic2dm.tasks.registry import build_engine
-from mimic2dm.tasks.tracking2d.asi import ASIConfig
 from mimic2dm.tasks.tracking3d.reference import Reference3D, load_clip3d
 from mimic2dm.tasks.tracking3d.task import Tracking3DTask
 
@@ -68,15 +72,15 @@ def _measure_clip(path: str, hz: float):
 def _rollout(task: Tracking3DTask, policy, T: int) -> dict:
     N, K = task.N, task.K
     rec = {"kp3d": torch.zeros(N, T, K, 3), "obj": torch.zeros(N, T, 3), "states": []}
-    for t in range(T):
+
+    def record(t: int) -> None:
         rec["kp3d"][:, t] = task.engine.get_keypoints().cpu()
         s = task.engine.get_state()
         if task.engine.num_objects:
             rec["obj"][:, t] = s.object_pos[:, 0].cpu()
         rec["states"].append(s.index(slice(0, 1)))
-        if t < T - 1:
-            with torch.no_grad():
-                task.advance(policy.act(task.observe(), deterministic=True))
+
+    policy_rollout(task, policy, T, record)
     return rec
 
 
@@ -131,15 +135,11 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
     data = [str(p) for p in data]
     from mimic2dm.tasks.tracking3d import ENTRY
 
-    cfg = dataclasses.replace(ENTRY.parse_config(spec.config), early_termination=False,
-                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+    cfg = evaluation_config(ENTRY.parse_config(spec.config))
     ref, tracked = _references(spec, data, character)
     N = len(ref.clips)
     task = Tracking3DTask(build_engine(spec, N), ref, cfg, seed=0)
-    starts = ref.offsets.clone()
-    task.start_episodes(
-        torch.arange(N, device=task.device), starts, task.asi.sample_states(starts.cpu(), task.gen)
-    )
+    start_sequences(task, ref.offsets.clone())
     rec = _rollout(task, policy, ref.max_len)
     hz, root = spec.control_hz, list(ref.kset.root)
     feet = character_feet(character)
@@ -197,21 +197,5 @@ def _pictures(rec, ref: Reference3D, data, spec, picture_out, video_out) -> None
     cam = ReferenceLibrary([clip], ref.kset.name, control_hz=spec.control_hz).camera(0, 0)
     R, t, k = cam.params(torch.arange(n))
     sim = project_points(R, t, k, rec["kp3d"][0, :n])[0].numpy()
-    refuv, mask = clip.uv[0, :n].numpy(), clip.mask[0, :n].numpy()
-    if picture_out:
-        from mimic2dm.utils.draw import overlay_grid
-
-        frames = np.linspace(0, n - 1, 6).round().astype(int).tolist()
-        Path(picture_out).parent.mkdir(parents=True, exist_ok=True)
-        overlay_grid(refuv, sim, mask, ref.kset.edges, (cam.width, cam.height), frames).save(
-            picture_out
-        )
-    if video_out:
-        from mimic2dm.engines.base import SimState
-        from mimic2dm.render import try_render, write_video
-
-        frames = try_render(spec.character, SimState.cat(rec["states"]).index(slice(0, n)), cam, spec.objects,
-                            ref_uv=refuv, ref_mask=mask, kset=ref.kset)  # fmt: skip
-        if frames is not None:
-            Path(video_out).parent.mkdir(parents=True, exist_ok=True)
-            write_video(video_out, frames, spec.control_hz)
+    write_overlays(spec, cam, ref.kset, clip.uv[0, :n].numpy(), sim, clip.mask[0, :n].numpy(),
+                   rec["states"], picture_out, video_out)  # fmt: skip
