@@ -78,16 +78,14 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
     ``cfg``: the run's config, already composed by :func:`run_config` (composed here if None).
     """
     from mimic2dm.eval import evaluate
-    from mimic2dm.rl.config import task_spec_from_cfg
-    from mimic2dm.rl.data import prepare_data
     from mimic2dm.rl.policy import Policy
+    from mimic2dm.tasks.base import TaskSpec
     from mimic2dm.train import train
+    from mimic2dm.utils.checkpoint import load_checkpoint
 
     if cfg is None:
         cfg = run_config(clip, seed, minutes, run_dir, overrides)
-    files = prepare_data(cfg.data, run_dir)
-    spec = task_spec_from_cfg(cfg, files)
-    clock = {"start": None, "eval_s": 0.0, "last_eval": -float("inf")}
+    clock = {"start": None, "eval_s": 0.0, "last_eval": -float("inf"), "spec": None}
     evals, epoch_t = [], {}
 
     def train_time() -> float:
@@ -102,8 +100,11 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
             return
         clock["last_eval"] = t
         t0 = time.perf_counter()
+        # the run's TaskSpec, as train() built it from the config it parsed
+        spec = clock["spec"] = clock["spec"] or TaskSpec.from_dict(agent.meta["task_spec"])
         rep = evaluate(
-            Policy(agent.model, spec, {}, int(agent.epoch_num), int(agent.frame)), files[:1]
+            Policy(agent.model, spec, {}, int(agent.epoch_num), int(agent.frame)),
+            list(spec.data[:1]),
         )
         agent.model.train()
         dt = time.perf_counter() - t0
@@ -124,6 +125,8 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
     last = summary["last_checkpoint"]
     if last is None:
         raise RuntimeError(f"{run_dir}: training wrote no last.pt")
+    spec = clock["spec"] or TaskSpec.from_dict(load_checkpoint(last)["meta"]["task_spec"])
+    files = list(spec.data)
     final = evaluate(last, files[:1], json_out=run_dir / "eval_last.json")
     ref_jitter = reference_jitter(files[0], spec.control_hz)
     first = next((e["train_s"] for e in evals if e["success_rate"] >= 1.0), None)

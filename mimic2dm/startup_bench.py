@@ -42,7 +42,7 @@ print(json.dumps({"import_s": t1 - t0, "build_s": t2 - t1,
 
 def make_clip(seconds: float, out: Path) -> Path:
     """The shared CMU walk looped to ``seconds``, one static view, 30 fps, at ``out``."""
-    from mimic2dm.rl.data import MAKERS
+    from mimic2dm.app.data import MAKERS
     from mimic2dm.utils.paths import mocap_dir
 
     MAKERS["synth"](out, {"mocap": str(mocap_dir() / "cmu_walk.npz"), "seconds": seconds, "views": 1,

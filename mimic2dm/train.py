@@ -2,8 +2,9 @@
 (default: the view-agnostic 2D tracker; ``task=stand`` and any other ``conf/task`` entry).
 
 A Hydra app over ``conf/tracker.yaml`` (groups ``task``, ``character``, ``engine``,
-``data``, ``train``, ``logger``, ``ray``). The config is read here only: it becomes a
-``TaskSpec`` (what every env is built from) and rl-games' params dict, once. Then envs
+``data``, ``train``, ``logger``, ``ray``). The config is read here only, parsed and
+checked once (:func:`mimic2dm.app.runspec.parse_run`): it becomes a ``RunSpec``, the
+``TaskSpec`` every env is built from and rl-games' params dict. Then envs
 are built in-process or in Ray actors (:mod:`mimic2dm.rl.vecenv`), and the PPO agent
 (:mod:`mimic2dm.rl.agent`) trains, logging through :mod:`mimic2dm.rl.observer`.
 
@@ -259,7 +260,7 @@ def train(
         ConfigError, MotionFormatError, RunDirError: a bad setting, clip or run directory
             (one-line messages).
     """
-    from mimic2dm.rl.config import validate_config
+    from mimic2dm.app.runspec import parse_run
     from mimic2dm.utils.run_logging import save_resolved_config
     from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run, clean_stale_temps
 
@@ -267,56 +268,56 @@ def train(
     if not cfg.get("run_dir"):
         raise ValueError("train(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
     run_dir = Path(str(cfg.run_dir)).resolve()
-    tc, rc = validate_config(cfg)  # before anything is written: bad values leave no run dir
+    run = parse_run(cfg)  # before anything is written: bad values leave no run dir
     ckpt = _resume_checkpoint(cfg)
     check_writable(run_dir, "run_dir", is_dir=True)
     with RunLock(run_dir):
         if ckpt is None:
             claim_new_run(run_dir, bool(cfg.get("overwrite")))
         clean_stale_temps(run_dir / "checkpoints")
-        spec = _prepare_data(cfg, run_dir)
+        spec = _prepare_data(cfg, run, run_dir)
         if ckpt is None:
             save_resolved_config(cfg, run_dir)
-        return _run(cfg, tc, rc, spec, run_dir, ckpt, epoch_callback)
+        return _run(cfg, run, spec, run_dir, ckpt, epoch_callback)
 
 
-def _prepare_data(cfg: DictConfig, run_dir: Path):
+def _prepare_data(cfg: DictConfig, run, run_dir: Path):
     """Make the ``data`` group's clips and check every clip (the character's keypoint set,
     one set for all, length, cameras) before the run writes anything else; returns the
-    ``TaskSpec``."""
-    from mimic2dm.rl.config import check_data_files, task_config, task_spec_from_cfg
-    from mimic2dm.rl.data import prepare_data
-    from mimic2dm.tasks.registry import load_task
+    ``TaskSpec`` of the parsed run ``run``."""
+    from mimic2dm.app.data import prepare_data
+    from mimic2dm.app.runspec import check_data_files
 
     data_files = prepare_data(cfg.data, run_dir)
-    if load_task(str(cfg.task.name)).needs_data:
-        check_data_files(cfg, task_config(cfg)[2], made=data_files)
-    return task_spec_from_cfg(cfg, data_files)
+    if run.needs_data:
+        check_data_files(cfg, run.control_hz, made=data_files)
+    return run.task_spec(data_files)
 
 
-def _run(cfg: DictConfig, tc, rc, spec, run_dir: Path, ckpt: Path | None, epoch_callback) -> dict:
+def _run(cfg: DictConfig, run, spec, run_dir: Path, ckpt: Path | None, epoch_callback) -> dict:
     from mimic2dm.rl.observer import TrackerObserver
     from mimic2dm.rl.vecenv import make_vecenv
     from mimic2dm.utils.checkpoint import CheckpointWriteError, load_checkpoint, seed_everything
     from mimic2dm.utils.reporting import library_output_to_log
     from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
 
-    seed_everything(int(cfg.seed))
+    tc, rc = run.train, run.ray
+    seed_everything(run.seed)
     if ckpt is not None and int(load_checkpoint(ckpt)["epoch"]) >= tc.max_epochs:
         log.warning(
             "resume: %s is already at train.max_epochs=%d; nothing to do", ckpt, tc.max_epochs
         )
-    lg = cfg.logger
-    logger = RunLogger(run_dir, config=OmegaConf.to_container(cfg, resolve=True), project=str(lg.project),
-                       use_wandb=bool(lg.wandb), use_tensorboard=bool(lg.tensorboard), name=f"{cfg.name}-{run_dir.name}")  # fmt: skip
-    observer = TrackerObserver(logger, log_every=int(lg.log_every), progress=bool(cfg.progress),
-                               video_every=int(lg.get("video_every", 0)), evaluator=_evaluator(spec),
+    lg = run.logger
+    logger = RunLogger(run_dir, config=OmegaConf.to_container(cfg, resolve=True), project=lg.project,
+                       use_wandb=lg.wandb, use_tensorboard=lg.tensorboard, name=f"{cfg.name}-{run_dir.name}")  # fmt: skip
+    observer = TrackerObserver(logger, log_every=lg.log_every, progress=bool(cfg.progress),
+                               video_every=lg.video_every, evaluator=_evaluator(spec),
                                video_fps=spec.control_hz)  # fmt: skip
     vec_env = None
     t0 = time.perf_counter()
     try:
         with library_output_to_log("rl_games"):  # its set-up and end-of-run prints
-            vec_env = make_vecenv(spec, tc.num_envs, int(cfg.seed), rc, run_dir, tc.env_groups)
+            vec_env = make_vecenv(spec, tc.num_envs, run.seed, rc, run_dir, tc.env_groups)
             agent = _build_agent(cfg, tc, vec_env, observer, run_dir, spec, epoch_callback)
             _start_weights(agent, cfg, tc, ckpt)
             if ckpt is not None:

@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "rl": 6,
     # apps: anything below, and each other
     "train": 7,
+    "app": 7,
     "eval": 7,
     "cli": 7,
     "demo": 7,

@@ -156,7 +156,7 @@ def test_data_config_makes_the_split(aist_tree: Path, tmp_path: Path):
     """``conf/data/aist.yaml`` through the training data recipes: one clip per sequence."""
     from omegaconf import OmegaConf
 
-    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.app.data import prepare_data
 
     conf = Path(__file__).resolve().parents[1] / "conf" / "data" / "aist.yaml"
     cfg = OmegaConf.create({"data": OmegaConf.load(conf)})

@@ -7,14 +7,8 @@ import pytest
 from mimic2dm.tasks.base import TaskSpec
 from omegaconf import OmegaConf
 
-from mimic2dm.rl.config import (
-    minibatch_size,
-    ray_config,
-    rl_games_params,
-    task_spec_from_cfg,
-    train_config,
-    validate_config,
-)
+from mimic2dm.app.runspec import parse_run, ray_config, task_spec_from_cfg, train_config
+from mimic2dm.rl.config import minibatch_size, rl_games_params
 from mimic2dm.train import compose_config
 from mimic2dm.utils.validate import ConfigError
 
@@ -157,7 +151,7 @@ def test_minibatch_larger_than_the_batch_is_clamped(caplog):
 def test_out_of_range_values_are_named_with_their_range(override, message):
     cfg = compose_config(override.split())
     with pytest.raises(ConfigError, match=message):
-        validate_config(cfg)
+        parse_run(cfg)
 
 
 def test_devices_that_do_not_exist_are_refused():
@@ -165,30 +159,30 @@ def test_devices_that_do_not_exist_are_refused():
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="train.device='cuda': expected cpu .*no CUDA GPU"):
-            validate_config(compose_config(["train.device=cuda"]))
+            parse_run(compose_config(["train.device=cuda"]))
     with pytest.raises(ConfigError, match="train.device='gpu0'"):
-        validate_config(compose_config(["train.device=gpu0"]))
-    assert validate_config(compose_config(["train.device=cpu"]))[0].device == "cpu"
+        parse_run(compose_config(["train.device=gpu0"]))
+    assert parse_run(compose_config(["train.device=cpu"])).train.device == "cpu"
 
 
 def test_a_plain_path_in_data_clips_is_the_same_as_a_file_entry(tmp_path):
     from rl_helpers import write_demo
 
-    from mimic2dm.rl.data import prepare_data
+    from mimic2dm.app.data import prepare_data
 
     clip = write_demo(tmp_path / "clip.npz", seconds=1.0)
     # as typed on the command line: mimic2dm-train data=files 'data.clips=[/abs/clip.npz]'
     plain = compose_config(["data=files", f"data.clips=[{clip},{{file: {clip}}}]"])
-    validate_config(plain)
+    parse_run(plain)
     assert prepare_data(plain.data, tmp_path / "run") == [str(clip.resolve())] * 2
     with pytest.raises(
         ConfigError, match="data.clips\\[0\\].file='/no/such.npz': expected an existing"
     ):
-        validate_config(compose_config(["data=files", "data.clips=[/no/such.npz]"]))
+        parse_run(compose_config(["data=files", "data.clips=[/no/such.npz]"]))
     with pytest.raises(
         ConfigError, match="data.clips\\[1\\]=3: expected a 2D-motion file path or a mapping"
     ):
-        validate_config(compose_config(["data=files", f"data.clips=[{clip},3]"]))
+        parse_run(compose_config(["data=files", f"data.clips=[{clip},3]"]))
     with pytest.raises(
         ConfigError, match="data.clips\\[0\\].file=None: expected a 2D-motion file path"
     ):
@@ -199,7 +193,7 @@ def test_cmu_all_data_config_lists_the_three_shared_clips():
     """``conf/data/cmu_all.yaml`` (the all-CMU tracker of docs/control.md) composes with virtual
     tracking views and names walk, run and hop."""
     cfg = compose_config(["data=cmu_all", "task.view_mode=virtual", "task.camera_mode=tracking"])
-    validate_config(cfg)
+    parse_run(cfg)
     mocap = [Path(c["make"]["mocap"]).name for c in cfg.data.clips]
     assert mocap == ["cmu_walk.npz", "cmu_run.npz", "cmu_hop.npz"]
     assert {c["make"]["kind"] for c in cfg.data.clips} == {"synth"}
@@ -212,7 +206,7 @@ def test_cmu_all_10s_loops_each_clip_to_ten_seconds():
     cfg = compose_config(
         ["data=cmu_all_10s", "task.view_mode=virtual", "task.camera_mode=tracking"]
     )
-    validate_config(cfg)
+    parse_run(cfg)
     assert [c["make"]["mocap"] for c in cfg.data.clips] == [c["make"]["mocap"] for c in base]
     assert all(c["make"]["seconds"] == 10.0 and c["make"]["ground"] for c in cfg.data.clips)
 
@@ -222,8 +216,8 @@ def test_synth_recipes_label_clips_with_their_skill(tmp_path):
     `mimic2dm rollouts` copies into the two-view generator's data; a recipe's `labels` wins."""
     from generator_helpers import HAVE_MOCAP, MOCAP
 
+    from mimic2dm.app.data import prepare_data
     from mimic2dm.motion.format import load_motion2d
-    from mimic2dm.rl.data import prepare_data
 
     if not HAVE_MOCAP:
         pytest.skip(f"mocap clips not found in {MOCAP}")
@@ -245,8 +239,8 @@ def test_synth_recipe_ground_lifts_the_clip(tmp_path):
     ``ground_lift_m``); without it the clip is the mocap as it is."""
     from generator_helpers import HAVE_MOCAP, MOCAP
 
+    from mimic2dm.app.data import prepare_data
     from mimic2dm.motion.format import load_motion2d
-    from mimic2dm.rl.data import prepare_data
 
     if not HAVE_MOCAP:
         pytest.skip(f"mocap clips not found in {MOCAP}")
@@ -271,6 +265,6 @@ def test_env_groups_must_divide_the_envs():
     with pytest.raises(
         ConfigError, match=r"train.env_groups=3: expected a divisor of train.num_envs=256"
     ):
-        validate_config(compose_config(["train.env_groups=3"]))
-    tc, _ = validate_config(compose_config(["train.env_groups=2"]))
+        parse_run(compose_config(["train.env_groups=3"]))
+    tc = parse_run(compose_config(["train.env_groups=2"])).train
     assert tc.env_groups == 2

@@ -119,7 +119,7 @@ def test_sigterm_checkpoints_and_exits_143_then_resume_continues(args, tmp_path)
 
 
 def test_clips_mixing_keypoint_sets_are_refused_before_config_tb_and_wandb(tmp_path, capsys):
-    from mimic2dm.rl.data import MAKERS
+    from mimic2dm.app.data import MAKERS
 
     clips = tmp_path / "clips"
     clips.mkdir()

@@ -282,7 +282,7 @@ def test_an_unwritable_run_dir_is_one_line_naming_path_and_errno(tmp_path, clip)
 # ----------------------------------------------------------------------------- data checks first
 @pytest.fixture(scope="module")
 def dog_clip(tmp_path_factory):
-    from mimic2dm.rl.data import _make_synth
+    from mimic2dm.app.data import _make_synth
 
     out = tmp_path_factory.mktemp("dog") / "dog.npz"
     _make_synth(out, {"mocap": "/work/shared/data/mocap/dog_trot.npz", "views": 1, "camera": "tracking",

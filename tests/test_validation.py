@@ -193,10 +193,10 @@ def test_clip_checks_follow_the_task(tmp_path):
     cameras and a 2D clip; tracking3d takes a Motion3D (or a 2D clip's ground-truth 3D)."""
     from omegaconf import OmegaConf
 
+    from mimic2dm.app.runspec import check_data_files
     from mimic2dm.characters import load_character
     from mimic2dm.motion.format import Motion3D, save_motion3d
     from mimic2dm.preprocess.clipio import strip_clip
-    from mimic2dm.rl.config import check_data_files
 
     gt = write_demo(tmp_path / "gt.npz", seconds=1.0)
     video = tmp_path / "video.npz"

@@ -33,9 +33,10 @@ DEFAULT_REAL = {"coco17": "cmu_views", "dog17": "dog_views"}
 
 def random_tracker(character: str = "humanoid", seed: int = 0):
     """An untrained tracker of the default configs whose observation layout matches the task."""
+    from mimic2dm.app.runspec import task_spec_from_cfg, train_config
     from mimic2dm.engines import load_engine
     from mimic2dm.engines.base import EngineOptions
-    from mimic2dm.rl.config import network_params, task_spec_from_cfg, train_config
+    from mimic2dm.rl.config import network_params
     from mimic2dm.rl.policy import Policy, build_model
     from mimic2dm.tasks.tracking2d.observations import observation_2d_size
     from mimic2dm.train import compose_config

@@ -15,9 +15,12 @@ See ``docs/data.md`` for the field table.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import tempfile
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -555,11 +558,16 @@ def save_motion2d(m: Motion2D, path: str | os.PathLike) -> None:
 
 
 def load_motion2d(path: str | os.PathLike) -> Motion2D:
-    """Read and validate a 2D clip written by :func:`save_motion2d`.
+    """Read and validate a 2D clip written by :func:`save_motion2d` (a file read once per
+    process while it is unchanged: :func:`clear_load_cache`).
 
     Raises:
         MotionFormatError: naming ``path``, the field and the expectation.
     """
+    return _cached_load(path, "motion2d", _load_motion2d)
+
+
+def _load_motion2d(path: str | os.PathLike) -> Motion2D:
     raw = _read_npz(path, "motion2d")
     c = _Checker(path)
     kw: dict[str, Any] = {
@@ -720,7 +728,12 @@ def save_motion3d(m: Motion3D, path: str | os.PathLike) -> None:
 
 
 def load_motion3d(path: str | os.PathLike) -> Motion3D:
-    """Read and validate a 3D motion written by :func:`save_motion3d`."""
+    """Read and validate a 3D motion written by :func:`save_motion3d` (a file read once per
+    process while it is unchanged: :func:`clear_load_cache`)."""
+    return _cached_load(path, "motion3d", _load_motion3d)
+
+
+def _load_motion3d(path: str | os.PathLike) -> Motion3D:
     raw = _read_npz(path, "motion3d")
     c = _Checker(path)
     m = Motion3D.__new__(Motion3D)
@@ -741,8 +754,58 @@ def load_motion3d(path: str | os.PathLike) -> Motion3D:
 
 def read_kind(path: str | os.PathLike) -> str | None:
     """``"motion2d"``, ``"motion3d"`` or None (not one of our archives / unreadable)."""
+    key = _file_key(path)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key][0]
     try:
         with np.load(path, allow_pickle=False) as z:
             return str(z["kind"].item()) if "kind" in z.files else None
     except Exception:  # noqa: BLE001 - any unreadable file is "not ours"
         return None
+
+
+# ------------------------------------------------------------------ the load cache
+LOAD_CACHE_BYTES = 256 * 2**20
+"""Most bytes of arrays the load cache keeps (least recently used clips go first)."""
+_CACHE: OrderedDict[tuple, tuple[str, Any, int]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def _file_key(path: str | os.PathLike) -> tuple | None:
+    """The file's identity while unchanged: resolved path, mtime, size and inode (an atomic
+    save replaces the inode); None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _nbytes(m: Any) -> int:
+    return sum(v.nbytes for v in vars(m).values() if isinstance(v, np.ndarray))
+
+
+def _cached_load(path: str | os.PathLike, kind: str, load) -> Any:
+    """``load(path)`` once per unchanged file; every caller gets its own copy (callers may
+    change what they get). Training reads each clip in its checks, in every env group and
+    in its evaluations."""
+    key = _file_key(path)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key) if key is not None else None
+        if hit is not None and hit[0] == kind:
+            _CACHE.move_to_end(key)
+            return copy.deepcopy(hit[1])
+    m = load(path)
+    if key is not None:
+        with _CACHE_LOCK:
+            _CACHE[key] = (kind, m, _nbytes(m))
+            while len(_CACHE) > 1 and sum(e[2] for e in _CACHE.values()) > LOAD_CACHE_BYTES:
+                _CACHE.popitem(last=False)
+    return copy.deepcopy(m)
+
+
+def clear_load_cache() -> None:
+    """Forget every clip :func:`load_motion2d` / :func:`load_motion3d` kept."""
+    with _CACHE_LOCK:
+        _CACHE.clear()

@@ -1,11 +1,9 @@
-"""Schemas of the learner's config groups and the one conversion from a Hydra config.
+"""The learner's settings: PPO (:class:`TrainConfig`, Hydra group ``train``), where the
+envs live (:class:`RayConfig`, group ``ray``) and the rl-games params built from them.
 
-``conf/train/*.yaml`` is checked against :class:`TrainConfig` and ``conf/ray/*.yaml``
-against :class:`RayConfig` (unknown keys and wrong types fail at start-up, naming the
-key); ``conf/task/<name>.yaml`` against the config dataclass of the task it names.
-:func:`task_spec_from_cfg` and :func:`rl_games_params` turn the composed config into the
-``TaskSpec`` every env is built from and the params dict rl-games reads; nothing else in
-the learner reads the Hydra config.
+The apps parse the Hydra config into these once (:mod:`mimic2dm.app.runspec`);
+:func:`rl_games_params` turns the checked settings into the params dict rl-games reads.
+Nothing in the learner reads the Hydra config.
 """
 
 from __future__ import annotations
@@ -14,15 +12,7 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
-
-from mimic2dm.engines.base import EngineOptions
-from mimic2dm.tasks.base import TaskSpec
-from mimic2dm.tasks.registry import check_spec, load_task
-from mimic2dm.utils.config import from_mapping, to_plain
-from mimic2dm.utils.run_logging import LoggerConfig
 from mimic2dm.utils.validate import ConfigError, check, check_choice, check_device
 
 log = logging.getLogger(__name__)
@@ -34,8 +24,6 @@ NETWORK_NAME = "mimic2dm_view_mlp"
 MODEL_NAME = "continuous_a2c_logstd"
 PRECISIONS = ("fp32", "bf16", "auto")
 """``train.network.precision`` choices (docs/training.md "Network", precision)."""
-SPEC_TASK_KEYS = ("name", "control_hz", "objects")
-"""Keys of the ``task`` group that go to the ``TaskSpec`` rather than to the task's config."""
 
 
 @dataclass
@@ -169,82 +157,6 @@ class RayConfig:
         check("ray.step_timeout_s", self.step_timeout_s, gt=0)
 
 
-def _checked(schema: type, node: Any, where: str):
-    """Merge a config node into a dataclass schema; its ``__post_init__`` checks the ranges.
-
-    Raises:
-        ConfigError: unknown key, wrong type or value out of range, naming the key.
-    """
-    return from_mapping(schema, node, where)
-
-
-def train_config(cfg: DictConfig) -> TrainConfig:
-    """The ``train`` group as a checked :class:`TrainConfig`."""
-    return _checked(TrainConfig, cfg.train, "train")
-
-
-def ray_config(cfg: DictConfig) -> RayConfig:
-    """The ``ray`` group as a checked :class:`RayConfig`."""
-    return _checked(RayConfig, cfg.ray, "ray")
-
-
-def engine_config(cfg: DictConfig, control_hz: float | None = None) -> EngineOptions:
-    """The ``engine`` group as checked :class:`EngineOptions` (every key reaches the backend);
-    ``control_hz`` (the task's rate) overrides the group's own."""
-    raw = OmegaConf.to_container(cfg.engine, resolve=True)
-    if control_hz is not None:
-        raw["control_hz"] = control_hz
-    return EngineOptions.from_mapping(raw, "engine")
-
-
-def logger_config(cfg: DictConfig) -> LoggerConfig:
-    """The ``logger`` group as a checked :class:`LoggerConfig`."""
-    return _checked(LoggerConfig, cfg.logger, "logger")
-
-
-def task_config(cfg: DictConfig) -> tuple[str, Any, float]:
-    """The ``task`` group: the registered task's name, its checked config and its control rate.
-
-    Raises:
-        ConfigError: no ``name:``, an unknown task, or a key out of range (named).
-    """
-    t = OmegaConf.to_container(cfg.task, resolve=True)
-    if "name" not in t:
-        raise ConfigError("task.name", None, "the registered task (e.g. tracking2d)")
-    name = str(t["name"])
-    try:
-        entry = load_task(name)
-    except (KeyError, ValueError) as e:
-        raise ConfigError("task.name", name, f"a registered task ({e})") from None
-    config = entry.parse_config({k: v for k, v in t.items() if k not in SPEC_TASK_KEYS}, "task")
-    control_hz = float(t.get("control_hz", cfg.engine.get("control_hz", 30.0)))
-    check("task.control_hz", control_hz, gt=0)
-    return name, config, control_hz
-
-
-def task_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> TaskSpec:
-    """Build the picklable :class:`TaskSpec` from the ``task``/``character``/``engine`` groups.
-
-    Args:
-        cfg: the composed config (``task.name`` picks the registered task).
-        data_files: the reference files of the ``data`` group (already prepared), for tasks
-            that track data.
-    """
-    name, config, control_hz = task_config(cfg)
-    engine_config(cfg, control_hz)  # every key of the engine group reaches the backend: check it
-    spec = TaskSpec(
-        task=name,
-        character=str(cfg.character.name),
-        engine=OmegaConf.to_container(cfg.engine, resolve=True),
-        objects=tuple(cfg.task.get("objects") or ()),
-        control_hz=control_hz,
-        config=to_plain(config),
-        data=tuple(str(f) for f in data_files) if load_task(name).needs_data else (),
-    )
-    check_spec(spec)
-    return spec
-
-
 def total_envs(tc: TrainConfig, rc: RayConfig) -> int:
     """Envs of a run: ``train.num_envs``, or ``ray.num_actors x ray.envs_per_actor`` when set.
 
@@ -281,81 +193,6 @@ def minibatch_size(tc: TrainConfig, num_envs: int, note: bool = False) -> int:
         raise ConfigError("train.minibatch_size", tc.minibatch_size,
                           f"a divisor of horizon_length x num_envs = {tc.horizon_length} x {num_envs} = {batch}")  # fmt: skip
     return mb
-
-
-def check_data_files(cfg: DictConfig, control_hz: float, made: list[str] | None = None) -> None:
-    """Check the ``data`` clips: the files that already exist (recipes are made, and checked
-    with ``made``, later). Each is read (``Motion3D`` or ``Motion2D``, by its ``kind``), must
-    be trackable, must pass the task's ``TaskEntry.check_data`` (e.g. tracking2d needs
-    cameras), must use the character's keypoint set, and all must use the same one.
-
-    Args:
-        made: the prepared files (:func:`mimic2dm.rl.data.prepare_data`): check these instead
-            of the entries' existing files.
-
-    Raises:
-        ConfigError: ``data.clips`` is empty, an entry is neither a path nor ``{file, make?}``,
-            or the task cannot track a clip (naming ``data.clips[i].file``).
-        MotionFormatError: a clip is invalid, too short or fully masked (naming the file).
-    """
-    from mimic2dm.rl.data import clip_entries
-
-    if made is not None:
-        _check_clips(cfg, control_hz, [(f"data.clips: {Path(f).name}", Path(f)) for f in made])
-        return
-    found = []
-    for i, entry in enumerate(clip_entries(cfg.data)):
-        path = Path(str(entry.get("file", "")))
-        if path.is_absolute() and path.is_file():
-            found.append((f"data.clips[{i}].file", path))
-        elif path.is_absolute() and not entry.get("make"):
-            raise ConfigError(f"data.clips[{i}].file", str(path), "an existing 2D-motion file")
-    _check_clips(cfg, control_hz, found)
-
-
-def _check_clips(cfg: DictConfig, control_hz: float, clips: list[tuple[str, Path]]) -> None:
-    from mimic2dm.characters import load_character
-    from mimic2dm.motion.format import check_trackable, load_motion2d, load_motion3d, read_kind
-
-    task_check = load_task(str(cfg.task.name)).check_data
-    character = OmegaConf.select(cfg, "character.name")
-    try:
-        want = load_character(str(character)).keypoint_set if character else None
-    except (KeyError, ValueError) as e:
-        raise ConfigError(
-            "character.name", str(character), f"a registered character ({e})"
-        ) from None
-    for key, path in clips:
-        m = load_motion3d(path) if read_kind(path) == "motion3d" else load_motion2d(path)
-        check_trackable(m, path, control_hz)
-        problem = task_check(m) if task_check else None
-        have = getattr(m, "keypoint_set", None)  # a Motion3D of joint angles has none
-        if not problem and want and have and have != want:
-            problem = (f"a clip with the {want} keypoints of character={character}; it has {have} "
-                       "keypoints (pick the matching character, e.g. character=dog for dog17)")  # fmt: skip
-        if problem:
-            raise ConfigError(key, str(path), problem)
-
-
-def validate_config(cfg: DictConfig) -> tuple[TrainConfig, RayConfig]:
-    """Check every group of a tracker config at start-up, before anything is created.
-
-    Returns:
-        The checked ``train`` and ``ray`` groups.
-
-    Raises:
-        ConfigError: the first key out of range (named, with what is allowed).
-        MotionFormatError: a data clip cannot be tracked.
-    """
-    tc, rc = train_config(cfg), ray_config(cfg)
-    _, _, control_hz = task_config(cfg)
-    engine_config(cfg, control_hz)
-    logger_config(cfg)
-    check("seed", cfg.seed, ge=0, integer=True)
-    minibatch_size(tc, total_envs(tc, rc))
-    if load_task(str(cfg.task.name)).needs_data:
-        check_data_files(cfg, control_hz)
-    return tc, rc
 
 
 def fast_bf16(device: str = "cpu", cpuinfo: str | Path = "/proc/cpuinfo") -> bool:
