@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import typer
 
@@ -18,6 +19,7 @@ from mimic2dm.preprocess.bench import bench_preprocess_cmd
 from mimic2dm.preprocess.cli import preprocess_cmd, strip_cmd
 from mimic2dm.startup_bench import bench_startup_command
 from mimic2dm.train_bench import bench_train_command
+from mimic2dm.utils.cli import exit_on, fail
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -72,8 +74,7 @@ def list_cmd(
     from mimic2dm.tasks.registry import describe_tasks
 
     if what not in LISTABLE:
-        typer.echo(f"error: cannot list {what!r}; choose one of: {', '.join(LISTABLE)}", err=True)
-        raise typer.Exit(2)
+        fail(f"cannot list {what!r}; choose one of: {', '.join(LISTABLE)}", code=2)
     found = {"tasks": describe_tasks, "characters": CHARACTERS.describe, "engines": ENGINES.describe,
              "objects": OBJECTS.describe}[what]()  # fmt: skip
     width = max(map(len, found), default=0)
@@ -83,10 +84,12 @@ def list_cmd(
 
 @app.command()
 def demo(
-    out: str = typer.Option("runs/demo", help="Output directory."),
-    minutes: float = typer.Option(4.0, help="Training wall time (minutes)."),
-    num_envs: int = typer.Option(0, help="Parallel environments (0: the training default, 256)."),
-    seed: int = typer.Option(0, help="Random seed."),
+    out: Annotated[str, typer.Option(help="Output directory.")] = "runs/demo",
+    minutes: Annotated[float, typer.Option(help="Training wall time (minutes).")] = 4.0,
+    num_envs: Annotated[
+        int, typer.Option(help="Parallel environments (0: the training default, 256).")
+    ] = 0,
+    seed: Annotated[int, typer.Option(help="Random seed.")] = 0,
 ) -> None:
     """Train the 2D tracker on the project's demo clip (MuJoCo on CPU), then evaluate it."""
     from mimic2dm.demo import run_demo
@@ -122,23 +125,18 @@ def eval_cmd(
         parse_views(views)  # before anything is loaded
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--views") from None
-    try:
+    with exit_on(ValueError):
         check_outputs(json_out, picture, video)  # before any work, naming the option
-    except ValueError as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from None
     if video:
         from mimic2dm.render import gl_backend, no_gl_message
 
         if gl_backend() is None:  # fail before the rollout, not after it
-            typer.echo(f"error: --video {video}: {no_gl_message()}", err=True)
-            raise typer.Exit(1)
+            fail(f"--video {video}: {no_gl_message()}")
     try:
         with library_output_to_log("eval"):
             report = evaluate(checkpoint, data, views, None, picture, video)
     except (ValueError, OSError, KeyError) as e:  # OSError: a failed write, named with its errno
-        typer.echo(f"error: {error_line(e)}", err=True)
-        raise typer.Exit(1) from e
+        fail(error_line(e))
 
     def brief(r: dict) -> dict:
         return {k: v for k, v in r.items() if k != "sequences"}
@@ -149,11 +147,9 @@ def eval_cmd(
     try:
         write_json_report(report, json_out)
     except OSError as e:  # e.g. a full disk after the checks before the run
-        typer.echo(f"error: {error_line(e)}", err=True)
-        raise typer.Exit(1) from None
+        fail(error_line(e))
     if video and not os.path.isfile(video):  # GL failed in this process after a good probe
-        typer.echo(f"error: --video {video}: rendering failed (see the warning above)", err=True)
-        raise typer.Exit(1)
+        fail(f"--video {video}: rendering failed (see the warning above)")
 
 
 @app.command("compare")
@@ -176,12 +172,8 @@ def compare_cmd(
 
     from mimic2dm.compare import compare, markdown_table
 
-    try:
-        with library_output_to_log("compare"):
-            result = compare(runs, data, camera)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(1) from e
+    with exit_on(ValueError, FileNotFoundError, KeyError), library_output_to_log("compare"):
+        result = compare(runs, data, camera)
     table = markdown_table(result)
     human_console(json_out).print(table, markup=False, highlight=False)
     if markdown:
@@ -208,15 +200,13 @@ def export_cmd(
         with library_output_to_log("export"):
             desc = export_policy(checkpoint, out, fmt, data=data or None, tolerance=tolerance)
     except (ValueError, OSError, KeyError) as e:  # OSError: a failed write, named with its errno
-        typer.echo(f"error: {error_line(e)}", err=True)
-        raise typer.Exit(1) from e
+        fail(error_line(e))
     c = desc["check"]
     typer.echo(f"wrote {os.path.join(out, desc['model'])} and {os.path.join(out, 'policy.json')}")
     typer.echo(f"max |{c['runtime']} - torch| = {c['max_abs_error']:.3g} over {c['samples']} "
                f"recorded observations (tolerance {tolerance:g})")  # fmt: skip
     if not c["passed"]:
-        typer.echo("error: the exported policy does not match torch", err=True)
-        raise typer.Exit(2)
+        fail("the exported policy does not match torch", code=2)
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from mimic2dm.utils.cli import exit_on, fail
 from mimic2dm.utils.reporting import (
     JsonOption,
     human_console,
@@ -32,11 +33,16 @@ _CHARACTER = typer.Option(
 _RANDOM_MODEL = typer.Option(
     "gpt", "--random-model", help="With --random-weights and no --generator: conf/model/NAME.yaml."
 )
+LOAD_ERRORS = (ValueError, FileNotFoundError, KeyError)
+"""What loading models, clips and reports raises: one line, exit 1."""
 
-
-def _fail(e: Exception) -> None:
-    typer.echo(f"error: {e}", err=True)
-    raise typer.Exit(1) from None
+# options of ``mimic2dm control`` with long help texts
+_DEPTH_RESCALE = typer.Option(False, "--depth-rescale/--no-depth-rescale", help="Convert the generated body-size velocity from the generator data's body size to the character's in the follow camera (depth motion keeps its speed; off by default: docs/control.md).")  # fmt: skip
+_START_STATES = typer.Option(None, "--start-states", help="Clip(s) with 3D (or preprocessed) states: start each episode from the one that best matches the first generated frames, at the best azimuth (default: the default pose).")  # fmt: skip
+_CLIPS_OUT = typer.Option(None, "--clips-out", help="Write each episode as a tracker training clip (the reference as the follow cameras saw it, the simulated states as initial states), cut before a fall or a lost reference (docs/control.md).")  # fmt: skip
+_CLIPS_MAX_ERROR = typer.Option(300.0, "--clips-max-error", help="With --clips-out: cut before a keypoint this far off (px at 1080p).")  # fmt: skip
+_FOLLOW = typer.Option("chunk", "--follow", help="Follow cameras: 'chunk' (re-placed at each chunk start, still in between) or 'step' (moved every step along the root path of the generated motion; docs/control.md).")  # fmt: skip
+_START_BLEND = typer.Option(0, "--start-blend", help="With --start-states: ease the reference in from the character's own projection over the first N control steps (0: no blend; docs/control.md).")  # fmt: skip
 
 
 def control_cmd(
@@ -85,45 +91,15 @@ def control_cmd(
     reference_views: int = typer.Option(
         1, "--reference-views", help="With --reference: its views 0..N-1 (N-view tracking)."
     ),
-    depth_rescale: bool = typer.Option(
-        False,
-        "--depth-rescale/--no-depth-rescale",
-        help="Convert the generated body-size velocity from the generator data's body size to the "
-        "character's in the follow camera (depth motion keeps its speed; off by default: docs/control.md).",
-    ),
-    start_states: list[str] = typer.Option(
-        None,
-        "--start-states",
-        help="Clip(s) with 3D (or preprocessed) states: start each episode from the one that best "
-        "matches the first generated frames, at the best azimuth (default: the default pose).",
-    ),
-    clips_out: str = typer.Option(
-        None,
-        "--clips-out",
-        help="Write each episode as a tracker training clip (the reference as the follow cameras "
-        "saw it, the simulated states as initial states), cut before a fall or a lost reference "
-        "(docs/control.md).",
-    ),
-    clips_max_error: float = typer.Option(
-        300.0,
-        "--clips-max-error",
-        help="With --clips-out: cut before a keypoint this far off (px at 1080p).",
-    ),
+    depth_rescale: bool = _DEPTH_RESCALE,
+    start_states: list[str] = _START_STATES,
+    clips_out: str = _CLIPS_OUT,
+    clips_max_error: float = _CLIPS_MAX_ERROR,
     clips_min_frames: int = typer.Option(
         45, "--clips-min-frames", help="With --clips-out: shorter clips are not written."
     ),
-    follow: str = typer.Option(
-        "chunk",
-        "--follow",
-        help="Follow cameras: 'chunk' (re-placed at each chunk start, still in between) or 'step' "
-        "(moved every step along the root path of the generated motion; docs/control.md).",
-    ),
-    start_blend: int = typer.Option(
-        0,
-        "--start-blend",
-        help="With --start-states: ease the reference in from the character's own projection "
-        "over the first N control steps (0: no blend; docs/control.md).",
-    ),
+    follow: str = _FOLLOW,
+    start_blend: int = _START_BLEND,
 ) -> None:
     """Drive a frozen tracker with a 2D motion generator in real time; report the paper's Table 3.
 
@@ -132,41 +108,43 @@ def control_cmd(
     from mimic2dm.control.controller import ControlSettings, parse_switch
     from mimic2dm.control.run import load_models, run_control
 
-    if video:
-        from mimic2dm.render import gl_backend, no_gl_message
-
-        if gl_backend() is None:
-            _fail(ValueError(f"--video {video}: {no_gl_message()}"))
-    if fid_extractor is None and not random_weights and not no_fid:
-        _fail(
-            ValueError(
-                "--fid EXTRACTOR is needed for FID (or --no-fid; --random-weights uses an untrained one)"
-            )
-        )
-    try:
-        with library_output_to_log("control"):
-            s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
-                                chunk_frames=chunk_frames, seed=seed, temperature=temperature, top_k=top_k,
-                                azimuth_deg=azimuth, depth_rescale=depth_rescale, start_blend=start_blend,
-                                follow=follow)  # fmt: skip
-            policy, gen, name = load_models(tracker, generator, random_weights, random_model,
-                                            character, seed, reference, reference_views)  # fmt: skip
-            clip_settings = None
-            if clips_out:
-                from mimic2dm.control.clips import LoopClipSettings
-
-                clip_settings = LoopClipSettings(
-                    max_error_px=clips_max_error, min_frames=clips_min_frames
-                )
-            report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,
-                                 start_states or None, clips_out, clip_settings)  # fmt: skip
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        _fail(e)
+    _check_outputs(video, fid_extractor, random_weights, no_fid)
+    with exit_on(*LOAD_ERRORS), library_output_to_log("control"):
+        s = ControlSettings(seconds=seconds, skill=skill, switches=[parse_switch(x) for x in switch or []],
+                            chunk_frames=chunk_frames, seed=seed, temperature=temperature, top_k=top_k,
+                            azimuth_deg=azimuth, depth_rescale=depth_rescale, start_blend=start_blend,
+                            follow=follow)  # fmt: skip
+        policy, gen, name = load_models(tracker, generator, random_weights, random_model,
+                                        character, seed, reference, reference_views)  # fmt: skip
+        clip_settings = _clip_settings(clips_out, clips_max_error, clips_min_frames)
+        report = run_control(policy, gen, s, episodes, fid_extractor, real, video, not no_fid, name,
+                             start_states or None, clips_out, clip_settings)  # fmt: skip
     summary = {k: v for k, v in report.items() if k not in ("per_episode", "settings")}
     human_console(json_out).print_json(data=summary)
     write_json_report(report, json_out)
     if video and not os.path.isfile(video):
-        _fail(ValueError(f"--video {video}: rendering failed (see the warning above)"))
+        fail(f"--video {video}: rendering failed (see the warning above)")
+
+
+def _check_outputs(video: str | None, fid_extractor: str | None, random_weights: bool,
+                   no_fid: bool) -> None:  # fmt: skip
+    """Exit 1 before any work when the video cannot be rendered or FID has no extractor."""
+    if video:
+        from mimic2dm.render import gl_backend, no_gl_message
+
+        if gl_backend() is None:
+            fail(f"--video {video}: {no_gl_message()}")
+    if fid_extractor is None and not random_weights and not no_fid:
+        fail("--fid EXTRACTOR is needed for FID (or --no-fid; --random-weights uses an untrained one)")  # fmt: skip
+
+
+def _clip_settings(clips_out: str | None, max_error: float, min_frames: int):
+    """The ``--clips-out`` settings (None without it)."""
+    if not clips_out:
+        return None
+    from mimic2dm.control.clips import LoopClipSettings
+
+    return LoopClipSettings(max_error_px=max_error, min_frames=min_frames)
 
 
 def bench_control(tracker: str | None = None, generator: str | None = None, random_model: str = "gpt",
@@ -231,11 +209,8 @@ def bench_control_cmd(
     json_out: JsonOption = None,
 ) -> None:
     """Control steps/s of generator + G^-1 + policy + physics on one core, as a real-time factor at 30 Hz."""
-    try:
-        with library_output_to_log("bench"):
-            r = bench_control(tracker, generator, random_model, seconds, 2.0, seed, character)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        _fail(e)
+    with exit_on(*LOAD_ERRORS), library_output_to_log("bench"):
+        r = bench_control(tracker, generator, random_model, seconds, 2.0, seed, character)
     t = Table(title=(f"control loop, {r['character']}, 1 thread ({r['generator']}; {r['tracker']}): "
                      f"{r['steps_per_s']:,.0f} steps/s = {r['realtime_factor']:.2f}x real time at "
                      f"{r['control_hz']:g} Hz (target 1x: {'met' if r['meets_target'] else 'NOT met'})"))  # fmt: skip
@@ -275,12 +250,9 @@ def rollouts_cmd(
     """Track single-view 2D clips, project the simulated 3D keypoints into V views: generator training data."""
     from mimic2dm.control.rollouts import write_rollouts
 
-    try:
-        with library_output_to_log("rollouts"):
-            modes = tuple(m.strip() for m in camera_modes.split(",") if m.strip())
-            report = write_rollouts(tracker, data, views, out, sets, seed, random_weights, modes)
-    except (ValueError, FileNotFoundError, KeyError) as e:
-        _fail(e)
+    with exit_on(*LOAD_ERRORS), library_output_to_log("rollouts"):
+        modes = tuple(m.strip() for m in camera_modes.split(",") if m.strip())
+        report = write_rollouts(tracker, data, views, out, sets, seed, random_weights, modes)
     typer.echo(f"wrote {report['files']} clips ({views} views each) to {out}", err=bool(json_out))
     write_json_report(report, json_out)
 
@@ -301,7 +273,7 @@ def control_table_cmd(
             if "success_rate" not in r or "episodes" not in r:
                 raise KeyError("success_rate/episodes")
         except (OSError, ValueError, KeyError) as e:
-            _fail(ValueError(f"{p}: not a `mimic2dm control --json` report ({e})"))
+            fail(f"{p}: not a `mimic2dm control --json` report ({e})")
         rows.append((Path(p).stem, r))
     table = table3_markdown(rows)
     typer.echo(table, nl=False)

@@ -379,6 +379,15 @@ def _check_aist_options(anno_dir, seq, split, view, one_random_view) -> None:
         refuse("give --view or --one-random-view, not both", "--view")
 
 
+# options of ``import-aist`` with long help texts
+_Seq = Annotated[str | None, typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21 (not with a file).")]  # fmt: skip
+_Split = Annotated[str | None, typer.Option(help="train | val | test: every sequence of splits/crossmodal_<split>.txt minus ignore_list.txt, one file each.")]  # fmt: skip
+_View = Annotated[list[str] | None, typer.Option(help="Camera name to keep (repeatable; default all).")]  # fmt: skip
+_OneRandomView = Annotated[bool, typer.Option(help="Keep one randomly drawn camera view per sequence (in meta).")]  # fmt: skip
+_AistFps = Annotated[float | None, typer.Option(help="Frame rate [default: from the file's timestamps, else 60].")]  # fmt: skip
+_AistImageSize = Annotated[str | None, typer.Option(help="WxH of uncalibrated views (no camera file) [default: 1920x1080].")]  # fmt: skip
+
+
 @app.command("import-aist")
 def import_aist(
     anno_dir: Annotated[
@@ -391,32 +400,13 @@ def import_aist(
     out: Annotated[
         Path, typer.Option("--out", help="Output 2D clip (.npz); with --split, a folder.")
     ],
-    seq: Annotated[
-        str | None,
-        typer.Option(help="Sequence name, e.g. gWA_sFM_cAll_d27_mWA2_ch21 (not with a file)."),
-    ] = None,
-    split: Annotated[
-        str | None,
-        typer.Option(
-            help="train | val | test: every sequence of splits/crossmodal_<split>.txt "
-            "minus ignore_list.txt, one file each."
-        ),  # fmt: skip
-    ] = None,
-    view: Annotated[
-        list[str] | None, typer.Option(help="Camera name to keep (repeatable; default all).")
-    ] = None,
-    one_random_view: Annotated[
-        bool, typer.Option(help="Keep one randomly drawn camera view per sequence (in meta).")
-    ] = False,
+    seq: _Seq = None,
+    split: _Split = None,
+    view: _View = None,
+    one_random_view: _OneRandomView = False,
     seed: Annotated[int, typer.Option(help="Seed of --one-random-view.")] = 0,
-    fps: Annotated[
-        float | None,
-        typer.Option(help="Frame rate [default: from the file's timestamps, else 60]."),
-    ] = None,
-    image_size: Annotated[
-        str | None,
-        typer.Option(help="WxH of uncalibrated views (no camera file) [default: 1920x1080]."),
-    ] = None,
+    fps: _AistFps = None,
+    image_size: _AistImageSize = None,
 ) -> None:
     """Convert AIST++ sequences (2D keypoints, cameras, 3D keypoints) into 2D clips.
 

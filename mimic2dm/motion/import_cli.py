@@ -93,21 +93,19 @@ def _save_mocap(out: Path, arrays: dict[str, np.ndarray], src: Path) -> None:
     _atomic_savez(out, arrays)
 
 
+# options of ``import-deepmimic`` and ``import-bvh`` with long help texts
+_CharacterFile = Annotated[Path | None, typer.Option(help="DeepMimic character file [default: the one in a characters/ folder beside the clip (or one up) whose joints fit the frames].")]  # fmt: skip
+_DeepMimicFps = Annotated[float | None, typer.Option(help="Output frame rate [default: the file's, 1 / median frame duration].")]  # fmt: skip
+_BvhScale = Annotated[float | None, typer.Option(help="Metres per file unit [default: auto, m/cm/mm/inch/CMU unit by the rest leg length].")]  # fmt: skip
+
+
 def import_deepmimic(
     src: Annotated[
         Path, typer.Argument(help="DeepMimic motion (.txt, JSON with Loop and Frames).")
     ],
     out: Annotated[Path, typer.Option("--out", help="Output mocap clip (.npz).")],
-    character_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="DeepMimic character file [default: the one in a characters/ folder beside the clip (or one up) whose joints fit the frames]."
-        ),  # fmt: skip
-    ] = None,
-    fps: Annotated[
-        float | None,
-        typer.Option(help="Output frame rate [default: the file's, 1 / median frame duration]."),
-    ] = None,
+    character_file: _CharacterFile = None,
+    fps: _DeepMimicFps = None,
 ) -> None:
     """DeepMimic humanoid3d / dog3d motion -> the shared mocap layout (cmu_*.npz for the
     humanoid, dog_*.npz for the dog; z-up metres), ready for ``data synth``."""
@@ -129,12 +127,7 @@ def import_deepmimic(
 def import_bvh(
     src: Annotated[Path, typer.Argument(help="BVH motion file.")],
     out: Annotated[Path, typer.Option("--out", help="Output mocap clip (.npz, cmu_*.npz layout).")],
-    scale: Annotated[
-        float | None,
-        typer.Option(
-            help="Metres per file unit [default: auto, m/cm/mm/inch/CMU unit by the rest leg length]."
-        ),  # fmt: skip
-    ] = None,
+    scale: _BvhScale = None,
     up: Annotated[str, typer.Option(help="The file's up axis: y (BVH convention) or z.")] = "y",
     fps: Annotated[
         float | None, typer.Option(help="Expected frame rate (checked against Frame Time).")

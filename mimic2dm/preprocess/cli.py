@@ -24,28 +24,34 @@ from mimic2dm.motion.format import (
 )
 from mimic2dm.motion.quality import assess
 from mimic2dm.preprocess.clipio import select_views
+from mimic2dm.utils.cli import check_choice, check_positive, exit_on, fail, refuse
 from mimic2dm.utils.reporting import JsonOption, human_console, write_json_report
 
-
-def _fail(msg: str) -> None:
-    typer.echo(f"error: {msg}", err=True)
-    raise typer.Exit(1)
+# options of ``mimic2dm preprocess`` with long help texts
+_Character = Annotated[str, typer.Option(help="humanoid | dog: the character to fit.")]
+_Camera = Annotated[str, typer.Option(help="static | dynamic (smooth per-frame extrinsics; one view only).")]  # fmt: skip
+_Views = Annotated[str | None, typer.Option(help="Views to fit jointly, e.g. 0,4 (default: all views of the clip).")]  # fmt: skip
+_HeldoutReport = Annotated[Path | None, typer.Option(help="A preprocessed clip of all views (same recording): report the 2D error of this fit in its views that were not fitted.")]  # fmt: skip
+_Strict = Annotated[bool, typer.Option(help="Refuse clips with flagged keypoints or frames instead of fitting around them.")]  # fmt: skip
+_Finalists = Annotated[int, typer.Option(min=1, help="Best heading hypotheses fitted on every frame; the lowest final loss is kept.")]  # fmt: skip
+_RootSmooth = Annotated[float, typer.Option(min=0.0, help="Weight of the root's horizontal acceleration term (0: off; 0.5 tried, docs/preprocess.md).")]  # fmt: skip
+_Threads = Annotated[int, typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md).")]  # fmt: skip
 
 
 def _views(m: Motion2D, path: Path, view: int | None, views: str | None) -> list[int]:
     """The views to fit: ``--views 0,4`` / ``all``, ``--view V``, or every view of the clip."""
     if view is not None and views is not None:
-        _fail("give --view or --views, not both")
+        fail("give --view or --views, not both")
     if views is None or views.strip() == "all":
         ids = list(range(m.num_views)) if view is None else [view]
     else:
         try:
             ids = [int(x) for x in views.split(",") if x.strip()]
         except ValueError:
-            _fail(f"--views {views!r}: expected view indices separated by commas, e.g. 0,4")
+            fail(f"--views {views!r}: expected view indices separated by commas, e.g. 0,4")
     bad = [v for v in ids if not 0 <= v < m.num_views]
     if bad or not ids or len(set(ids)) != len(ids):
-        _fail(f"--view(s) {views if views is not None else view}: {path} has views 0..{m.num_views - 1}, "
+        fail(f"--view(s) {views if views is not None else view}: {path} has views 0..{m.num_views - 1}, "
               "expected distinct indices among them")  # fmt: skip
     return ids
 
@@ -53,7 +59,7 @@ def _views(m: Motion2D, path: Path, view: int | None, views: str | None) -> list
 def _check_gt(gt: Motion2D, gt_path: Path, clip: Motion2D, clip_path: Path, ids: list[int]) -> None:
     if not gt.has_cameras or gt.keypoints3d is None:
         missing = "camera_R" if not gt.has_cameras else "keypoints3d"
-        _fail(
+        fail(
             f"{gt_path}: field '{missing}' is missing, expected a ground-truth clip with cameras and keypoints3d"
         )
     if (
@@ -61,17 +67,17 @@ def _check_gt(gt: Motion2D, gt_path: Path, clip: Motion2D, clip_path: Path, ids:
         or gt.keypoint_set != clip.keypoint_set
         or gt.num_views <= max(ids)
     ):
-        _fail(f"{gt_path}: field 'keypoints' has {gt.num_views} view(s) x {gt.num_frames} frames of "
+        fail(f"{gt_path}: field 'keypoints' has {gt.num_views} view(s) x {gt.num_frames} frames of "
               f"{gt.keypoint_set}, expected views {ids} of {clip.num_frames} frames of {clip.keypoint_set} "
               f"like {clip_path}")  # fmt: skip
 
 
 def _check_reference(ref: Motion2D, path: Path, clip: Motion2D) -> None:
     if not ref.has_cameras or ref.est_keypoints3d is None:
-        _fail(f"{path}: field '{'camera_R' if not ref.has_cameras else 'est_keypoints3d'}' is missing, "
+        fail(f"{path}: field '{'camera_R' if not ref.has_cameras else 'est_keypoints3d'}' is missing, "
               "expected a preprocessed clip (cameras and est_keypoints3d) for --heldout-report")  # fmt: skip
     if ref.num_frames != clip.num_frames or ref.keypoint_set != clip.keypoint_set:
-        _fail(f"{path}: field 'keypoints' has {ref.num_frames} frames of {ref.keypoint_set}, expected "
+        fail(f"{path}: field 'keypoints' has {ref.num_frames} frames of {ref.keypoint_set}, expected "
               f"{clip.num_frames} frames of {clip.keypoint_set} like the clip it scores")  # fmt: skip
 
 
@@ -84,27 +90,25 @@ def _progress_bar(enabled: bool):
 
 def _load(path: Path, gt_path: Path | None, ref_path: Path | None, view, views, spec, strict: bool):
     """Validated input of one clip: ``(path, clip of the chosen views, view ids, gt, quality, ref)``."""
-    try:
+    with exit_on(MotionFormatError):
         full = load_motion2d(path)
         g = load_motion2d(gt_path) if gt_path else None
         ref = load_motion2d(ref_path) if ref_path else None
-    except MotionFormatError as e:
-        _fail(str(e))
     ids = _views(full, path, view, views)
     m = select_views(full, ids)
     if m.keypoint_set != spec.keypoint_set:
-        _fail(f"{path}: field 'keypoint_set' is {m.keypoint_set!r}, expected {spec.keypoint_set!r} "
+        fail(f"{path}: field 'keypoint_set' is {m.keypoint_set!r}, expected {spec.keypoint_set!r} "
               f"for --character {spec.name}")  # fmt: skip
     if m.num_frames < 3:
-        _fail(f"{path}: field 'keypoints' has {m.num_frames} frame(s), expected >= 3 to preprocess")
+        fail(f"{path}: field 'keypoints' has {m.num_frames} frame(s), expected >= 3 to preprocess")
     if not m.mask().any():
-        _fail(f"{path}: field 'confidence' masks every keypoint, expected some observed keypoints")
+        fail(f"{path}: field 'confidence' masks every keypoint, expected some observed keypoints")
     q = assess(m, view_ids=ids)
     if strict and q.problems:
-        _fail(f"{path}: {'; '.join(q.problems)} (--strict)")
+        fail(f"{path}: {'; '.join(q.problems)} (--strict)")
     few = [ids[v] for v in range(len(ids)) if q.trusted[v].sum() < 3]
     if few:
-        _fail(f"{path}: view(s) {few} have fewer than 3 frames with >= {q.min_usable} usable keypoints, "
+        fail(f"{path}: view(s) {few} have fewer than 3 frames with >= {q.min_usable} usable keypoints, "
               "expected enough trusted frames to fit")  # fmt: skip
     if g is not None:
         _check_gt(g, gt_path, m, path, ids)
@@ -119,12 +123,8 @@ def preprocess_cmd(
         typer.Argument(help="2D clips (.npz), e.g. from `mimic2dm extract` or `data strip`."),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    character: Annotated[
-        str, typer.Option(help="humanoid | dog: the character to fit.")
-    ] = "humanoid",
-    camera: Annotated[
-        str, typer.Option(help="static | dynamic (smooth per-frame extrinsics; one view only).")
-    ] = "static",
+    character: _Character = "humanoid",
+    camera: _Camera = "static",
     focal: Annotated[
         float | None, typer.Option(help="Focal length (px); default from the image size.")
     ] = None,
@@ -134,66 +134,24 @@ def preprocess_cmd(
         typer.Option(help="Unstripped clip per input clip (same order): report accuracy."),
     ] = None,
     view: Annotated[int | None, typer.Option(help="One view of a multi-view clip to use.")] = None,
-    views: Annotated[
-        str | None,
-        typer.Option(help="Views to fit jointly, e.g. 0,4 (default: all views of the clip)."),
-    ] = None,
-    heldout_report: Annotated[
-        Path | None,
-        typer.Option(
-            help="A preprocessed clip of all views (same recording): report the 2D error of this "
-            "fit in its views that were not fitted."
-        ),
-    ] = None,
-    strict: Annotated[
-        bool,
-        typer.Option(
-            help="Refuse clips with flagged keypoints or frames instead of fitting around them."
-        ),
-    ] = False,
+    views: _Views = None,
+    heldout_report: _HeldoutReport = None,
+    strict: _Strict = False,
     headings: Annotated[int, typer.Option(min=1, help="Heading hypotheses.")] = 8,
     iters: Annotated[int, typer.Option(min=0, help="Joint Adam iterations on all frames.")] = 100,
-    finalists: Annotated[
-        int,
-        typer.Option(
-            min=1,
-            help="Best heading hypotheses fitted on every frame; the lowest final loss is kept.",
-        ),
-    ] = 2,
-    root_smooth: Annotated[
-        float,
-        typer.Option(
-            min=0.0,
-            help="Weight of the root's horizontal acceleration term (0: off; 0.5 tried, docs/preprocess.md).",
-        ),
-    ] = 0.0,
-    threads: Annotated[
-        int,
-        typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md)."),
-    ] = 1,
+    finalists: _Finalists = 2,
+    root_smooth: _RootSmooth = 0.0,
+    threads: _Threads = 1,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_out: JsonOption = None,
 ) -> None:
     """Estimate cameras and the character's 3D motion from 2D keypoints (paper B.1)."""
     import torch
 
-    from mimic2dm.characters.registry import CHARACTERS, load_character
-    from mimic2dm.preprocess.optimize import CAMERA_KINDS, PreprocessConfig
+    from mimic2dm.characters.registry import load_character
+    from mimic2dm.preprocess.optimize import PreprocessConfig
 
-    if character not in CHARACTERS:
-        raise typer.BadParameter(
-            f"{character!r} is not one of {', '.join(CHARACTERS.names())}", param_hint="--character"
-        )
-    if camera not in CAMERA_KINDS:
-        raise typer.BadParameter(
-            f"{camera!r} is not one of {', '.join(CAMERA_KINDS)}", param_hint="--camera"
-        )
-    if focal is not None and not focal > 0:
-        raise typer.BadParameter("must be > 0 (pixels)", param_hint="--focal")
-    if gt and len(gt) != len(clips):
-        raise typer.BadParameter(
-            f"{len(gt)} --gt file(s) for {len(clips)} clip(s): give one per clip", param_hint="--gt"
-        )
+    _check_options(character, camera, focal, gt, clips)
     if threads:
         torch.set_num_threads(threads)
     spec = load_character(character)
@@ -202,13 +160,7 @@ def preprocess_cmd(
     # validate everything before the first long fit (and, with --strict, before writing anything)
     inputs = [_load(p, gt[i] if gt else None, heldout_report, view, views, spec, strict)
               for i, p in enumerate(clips)]  # fmt: skip
-    for path, m, _, _, q, _ in inputs:
-        if m.num_views > 1 and camera != "static":
-            _fail(
-                f"{path}: {m.num_views} views are fitted with static cameras only, not --camera {camera}"
-            )
-        for problem in q.problems:
-            typer.echo(f"warning: {path}: {problem}; fitting trusted frames only", err=True)
+    _check_cameras(inputs, camera)
     rows: list[dict[str, Any]] = []
     console = human_console(json_out)
     with _progress_bar(progress and console.is_terminal) as bar:
@@ -218,6 +170,31 @@ def preprocess_cmd(
             rows.append(_preprocess_one(item, spec, cfg, out, tick))
     console.print(_table(rows))
     write_json_report({"character": character, "camera": camera, "clips": rows}, json_out)
+
+
+def _check_options(
+    character: str, camera: str, focal: float | None, gt: list[Path] | None, clips: list[Path]
+) -> None:
+    """Usage errors of ``mimic2dm preprocess`` (exit 2)."""
+    from mimic2dm.characters.registry import CHARACTERS
+    from mimic2dm.preprocess.optimize import CAMERA_KINDS
+
+    check_choice(character, CHARACTERS, "--character", CHARACTERS.names())
+    check_choice(camera, CAMERA_KINDS, "--camera")
+    check_positive(focal, "--focal", "must be > 0 (pixels)")
+    if gt and len(gt) != len(clips):
+        refuse(f"{len(gt)} --gt file(s) for {len(clips)} clip(s): give one per clip", "--gt")
+
+
+def _check_cameras(inputs: list, camera: str) -> None:
+    """Refuse several views with moving cameras; warn about each clip's flagged input."""
+    for path, m, _, _, q, _ in inputs:
+        if m.num_views > 1 and camera != "static":
+            fail(
+                f"{path}: {m.num_views} views are fitted with static cameras only, not --camera {camera}"
+            )
+        for problem in q.problems:
+            typer.echo(f"warning: {path}: {problem}; fitting trusted frames only", err=True)
 
 
 def _preprocess_one(item, spec, cfg, out: Path, tick) -> dict[str, Any]:
@@ -327,10 +304,8 @@ def strip_cmd(
     track, labels): drop cameras, 3D ground truth and estimates."""
     from mimic2dm.preprocess.clipio import strip_clip
 
-    try:
+    with exit_on(MotionFormatError):
         m = load_motion2d(clip)
-    except MotionFormatError as e:
-        _fail(str(e))
     s = strip_clip(m, str(clip))
     save_motion2d(s, out)
     typer.echo(f"wrote {out}: {s.num_views} view(s) x {s.num_frames} frames, no cameras, no 3D")

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from mimic2dm.utils.cli import check_choice, console, error, exit_on, fail, refuse
 from mimic2dm.utils.reporting import (
     JsonOption,
     json_to_stdout,
@@ -29,25 +29,13 @@ pose_app = typer.Typer(
 )
 
 
-def _console(stderr: bool = False) -> Console:
-    console = Console(stderr=stderr, highlight=False)
-    # wide when not a terminal so that tables and paths are not cut in logs and tests
-    return console if console.is_terminal else Console(stderr=stderr, highlight=False, width=200)
-
-
-def _error(msg: str) -> None:
-    _console(stderr=True).print(f"error: {msg}", markup=False, soft_wrap=True)
-
-
 def _check_device(device: str) -> str:
     import torch
 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise typer.BadParameter(f"{device!r} is not cpu or cuda", param_hint="--device")
+        refuse(f"{device!r} is not cpu or cuda", "--device")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise typer.BadParameter(
-            "CUDA is not available on this machine; use --device cpu", param_hint="--device"
-        )
+        refuse("CUDA is not available on this machine; use --device cpu", "--device")
     return device
 
 
@@ -79,12 +67,9 @@ def convert_mmpose(
     """Map an mmpose ViTPose / ViTPose++ checkpoint onto transformers' VitPoseForPoseEstimation."""
     from mimic2dm.video.convert import ConversionError, convert_mmpose_checkpoint
 
-    try:
+    with exit_on(ConversionError):
         rec = convert_mmpose_checkpoint(ckpt, out, dataset, num_heads, image_size, trust_checkpoint)
-    except ConversionError as e:
-        _error(str(e))
-        raise typer.Exit(1) from None
-    c = _console()
+    c = console()
     c.print(
         f"converted {ckpt} ({rec['layout']} layout{', ViTPose++ expert ' + dataset if rec['moe'] else ''}): "
         f"width {rec['hidden_size']}, {rec['num_layers']} layers, {rec['num_heads']} heads, "
@@ -112,8 +97,8 @@ def list_models() -> None:
     det.add_column("transformers weights")
     for name in DETECTORS.names():
         det.add_row(name, DETECTORS.load(name).hub_id)
-    _console().print(table)
-    _console().print(det)
+    console().print(table)
+    console().print(det)
 
 
 def _check_inputs(videos: list[Path], out: Path) -> None:
@@ -127,7 +112,7 @@ def _check_inputs(videos: list[Path], out: Path) -> None:
     from mimic2dm.video.io import VideoError, probe_video
 
     if out.exists() and not out.is_dir():
-        raise typer.BadParameter(f"{out} is a file, expected a folder", param_hint="--out")
+        refuse(f"{out} is a file, expected a folder", "--out")
     problems = []
     for v in videos:
         try:
@@ -137,10 +122,9 @@ def _check_inputs(videos: list[Path], out: Path) -> None:
         except VideoError as e:
             problems.append(str(e))
     for msg in problems:
-        _error(msg)
+        error(msg)
     if problems and len(problems) == len(videos):
-        _error(f"none of the {len(videos)} video(s) can be read; nothing to extract")
-        raise typer.Exit(1)
+        fail(f"none of the {len(videos)} video(s) can be read; nothing to extract")
 
 
 def _report_table(reports) -> Table:
@@ -166,123 +150,94 @@ def _report_table(reports) -> Table:
     return table
 
 
+# options of ``mimic2dm extract``
+_ExtractOut = Annotated[Path, typer.Option("--out", help="Output folder: <clip>.npz per video + manifest.json.")]  # fmt: skip
+_Character = Annotated[str, typer.Option(help="humanoid (COCO-17, person boxes) | dog (dog17, dog boxes).")]  # fmt: skip
+_PoseModel = Annotated[str | None, typer.Option(help="Registry name, folder or model id (default: the character's CharacterSpec.pose_model: vitpose-b for humanoid, vitpose-plus-b-ap10k for dog).")]  # fmt: skip
+_Detector = Annotated[str, typer.Option(help="Registry name (rtdetr-r18 | rtdetr-r50), folder or model id.")]  # fmt: skip
+_TrackId = Annotated[int | None, typer.Option(help="Follow this track id (see meta.tracks) instead of the largest.")]  # fmt: skip
+_Rotations = Annotated[bool, typer.Option(help="Yu 2021: pose on 0/90/180/270-degree crops, keep the best (4x cost).")]  # fmt: skip
+_Preview = Annotated[Path | None, typer.Option(help="Write OUT.mp4 (OUT_<clip>.mp4 per clip for several videos).")]  # fmt: skip
+_RandomWeights = Annotated[bool, typer.Option(help="Untrained models (offline smoke run); files say so in meta.random_weights.")]  # fmt: skip
+_DetThreshold = Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Detection score threshold (default 0.3; 0 with --random-weights).")]  # fmt: skip
+_MaxGap = Annotated[float, typer.Option(min=0.0, help="Longest gap (seconds) that is interpolated.")]  # fmt: skip
+_Smooth = Annotated[float, typer.Option(min=0.0, help="Smoothing window sigma in frames (0 = none).")]  # fmt: skip
+_DetectEvery = Annotated[int | None, typer.Option(min=1, help="Detect on every K-th frame and follow the boxes in between (default 10 on cpu, 1 on cuda).")]  # fmt: skip
+_DetThreads = Annotated[int, typer.Option(min=0, help="Torch CPU threads while detecting; 0 = torch default.")]  # fmt: skip
+_PoseThreads = Annotated[int, typer.Option(min=0, help="Torch CPU threads for the pose model; 0 = torch default.")]  # fmt: skip
+
+
 def extract(
     videos: Annotated[list[Path], typer.Argument(help="Video files (anything PyAV/FFmpeg reads).")],
-    out: Annotated[
-        Path, typer.Option("--out", help="Output folder: <clip>.npz per video + manifest.json.")
-    ],
-    character: Annotated[
-        str, typer.Option(help="humanoid (COCO-17, person boxes) | dog (dog17, dog boxes).")
-    ] = "humanoid",
-    pose_model: Annotated[
-        str | None,
-        typer.Option(
-            help="Registry name, folder or model id (default: the character's CharacterSpec.pose_model: vitpose-b for humanoid, vitpose-plus-b-ap10k for dog)."
-        ),
-    ] = None,
-    detector: Annotated[
-        str, typer.Option(help="Registry name (rtdetr-r18 | rtdetr-r50), folder or model id.")
-    ] = "rtdetr-r50",
+    out: _ExtractOut,
+    character: _Character = "humanoid",
+    pose_model: _PoseModel = None,
+    detector: _Detector = "rtdetr-r50",
     device: Annotated[str, typer.Option(help="cpu | cuda.")] = "cpu",
     batch: Annotated[int, typer.Option(min=1, help="Frames per detector / pose forward pass.")] = 8,
-    track_id: Annotated[
-        int | None,
-        typer.Option(help="Follow this track id (see meta.tracks) instead of the largest."),
-    ] = None,
-    rotations: Annotated[
-        bool,
-        typer.Option(help="Yu 2021: pose on 0/90/180/270-degree crops, keep the best (4x cost)."),
-    ] = False,
-    preview: Annotated[
-        Path | None,
-        typer.Option(help="Write OUT.mp4 (OUT_<clip>.mp4 per clip for several videos)."),
-    ] = None,
-    random_weights: Annotated[
-        bool,
-        typer.Option(
-            help="Untrained models (offline smoke run); files say so in meta.random_weights."
-        ),
-    ] = False,
-    det_threshold: Annotated[
-        float | None,
-        typer.Option(
-            min=0.0,
-            max=1.0,
-            help="Detection score threshold (default 0.3; 0 with --random-weights).",
-        ),
-    ] = None,
+    track_id: _TrackId = None,
+    rotations: _Rotations = False,
+    preview: _Preview = None,
+    random_weights: _RandomWeights = False,
+    det_threshold: _DetThreshold = None,
     ball: Annotated[bool, typer.Option(help="Track the sports ball as the clip's object.")] = True,
-    max_gap: Annotated[
-        float, typer.Option(min=0.0, help="Longest gap (seconds) that is interpolated.")
-    ] = 0.25,
-    smooth: Annotated[
-        float, typer.Option(min=0.0, help="Smoothing window sigma in frames (0 = none).")
-    ] = 1.0,
+    max_gap: _MaxGap = 0.25,
+    smooth: _Smooth = 1.0,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
-    detect_every: Annotated[
-        int | None,
-        typer.Option(
-            min=1,
-            help="Detect on every K-th frame and follow the boxes in between (default 10 on cpu, 1 on cuda).",
-        ),
-    ] = None,
-    det_threads: Annotated[
-        int, typer.Option(min=0, help="Torch CPU threads while detecting; 0 = torch default.")
-    ] = 0,
-    pose_threads: Annotated[
-        int, typer.Option(min=0, help="Torch CPU threads for the pose model; 0 = torch default.")
-    ] = 0,
+    detect_every: _DetectEvery = None,
+    det_threads: _DetThreads = 0,
+    pose_threads: _PoseThreads = 0,
 ) -> None:
     """Extract 2D keypoints (and the ball) from videos into one 2D-motion file per clip."""
     from mimic2dm.characters.registry import CHARACTERS, load_character
-    from mimic2dm.video.detector import DETECTORS, load_detector
-    from mimic2dm.video.hub import check_available
-    from mimic2dm.video.pipeline import ExtractOptions, check_names, extract_videos
-    from mimic2dm.video.pose import POSE_MODELS, ModelLoadError, load_pose_estimator
+    from mimic2dm.video.pipeline import (
+        ExtractOptions,
+        check_names,
+        default_detect_every,
+        extract_videos,
+    )
 
-    if character not in CHARACTERS:
-        raise typer.BadParameter(
-            f"{character!r} is not one of {', '.join(CHARACTERS.names())}", param_hint="--character"
-        )
+    check_choice(character, CHARACTERS, "--character", CHARACTERS.names())
     spec = load_character(character)  # its keypoint set and default pose model
     _check_device(device)
     try:
         check_names(videos)
     except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="VIDEOS") from None
+        refuse(str(e), "VIDEOS")
     _check_inputs(videos, out)  # before any model loads: a typo costs a second, not minutes
     threshold = det_threshold if det_threshold is not None else (0.0 if random_weights else 0.3)
-    from mimic2dm.video.pipeline import default_detect_every
-
     opts = ExtractOptions(
         character, batch, track_id, rotations, ball, max_gap, smooth, random_weights=random_weights,
         detect_every=detect_every or default_detect_every(device),
         det_threads=det_threads or None, pose_threads=pose_threads or None,
     )  # fmt: skip
-    try:
-        # offline and not cached: fail now, not after ~30 s of retries or another model's load
-        check_available("detector", detector, DETECTORS, random_weights)
-        check_available("pose model", pose_model or spec.pose_model, POSE_MODELS, random_weights)
-        det = load_detector(detector, random_weights, threshold, device)
-        pose = load_pose_estimator(
-            pose_model or spec.pose_model,
-            spec.keypoint_set,
-            random_weights,
-            device,
-        )
-    except ModelLoadError as e:
-        _error(str(e))
-        raise typer.Exit(1) from None
-    reports = extract_videos(videos, out, det, pose, opts, preview, progress, _console(stderr=True))
-    _console().print(_report_table(reports))
+    det, pose = _load_models(spec, detector, pose_model or spec.pose_model, random_weights, threshold, device)  # fmt: skip
+    reports = extract_videos(videos, out, det, pose, opts, preview, progress, console(stderr=True))
+    console().print(_report_table(reports))
     failed = [r for r in reports if r.status == "failed"]
     for r in failed:
-        _error(r.error if r.video in (r.error or "") else f"{r.video}: {r.error}")
+        error(r.error if r.video in (r.error or "") else f"{r.video}: {r.error}")
     counts = {s: sum(r.status == s for r in reports) for s in ("ok", "skipped", "failed")}
-    _console().print(f"{counts['ok']} extracted, {counts['skipped']} skipped (already done), "
-                     f"{counts['failed']} failed; manifest: {out / 'manifest.json'}", markup=False)  # fmt: skip
+    console().print(f"{counts['ok']} extracted, {counts['skipped']} skipped (already done), "
+                    f"{counts['failed']} failed; manifest: {out / 'manifest.json'}", markup=False)  # fmt: skip
     if failed:
         raise typer.Exit(1)
+
+
+def _load_models(spec, detector: str, pose_model: str, random_weights: bool, threshold: float,
+                 device: str):  # fmt: skip
+    """``(detector, pose estimator)`` of ``extract``; exit 1 naming a model that cannot load."""
+    from mimic2dm.video.detector import DETECTORS, load_detector
+    from mimic2dm.video.hub import check_available
+    from mimic2dm.video.pose import POSE_MODELS, ModelLoadError, load_pose_estimator
+
+    with exit_on(ModelLoadError):
+        # offline and not cached: fail now, not after ~30 s of retries or another model's load
+        check_available("detector", detector, DETECTORS, random_weights)
+        check_available("pose model", pose_model, POSE_MODELS, random_weights)
+        det = load_detector(detector, random_weights, threshold, device)
+        pose = load_pose_estimator(pose_model, spec.keypoint_set, random_weights, device)
+    return det, pose
 
 
 def bench_pose(
@@ -332,10 +287,10 @@ def bench_pose(
     table.add_row(f"detect every {f['detect_every']}, follow", str(f["batch"]), str(f["frames"]),
                   f"{f['frames_per_s']:.2f}", f"{f['detect_ms_per_frame']:.0f}",
                   f"{f['follow_ms_per_frame']:.1f}", f"{f['pose_ms_per_frame']:.0f}")  # fmt: skip
-    console = _console(stderr=json_to_stdout(json_out))
-    console.print(table)
-    console.print(f"detect every {f['detect_every']} + follow: {f['frames_per_s']:.2f} frames/s vs "
-                  f"{f['per_frame_frames_per_s']:.2f} detecting every frame at batch {f['batch']} "
-                  f"(same run): {f['speedup']:.2f}x; {f['redetections']} re-detections",
-                  markup=False)  # fmt: skip
+    out = console(stderr=json_to_stdout(json_out))
+    out.print(table)
+    out.print(f"detect every {f['detect_every']} + follow: {f['frames_per_s']:.2f} frames/s vs "
+              f"{f['per_frame_frames_per_s']:.2f} detecting every frame at batch {f['batch']} "
+              f"(same run): {f['speedup']:.2f}x; {f['redetections']} re-detections",
+              markup=False)  # fmt: skip
     write_json_report(result, json_out)
