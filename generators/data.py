@@ -175,7 +175,7 @@ def _label_of(
     return label
 
 
-def _canonical_view(kp: np.ndarray, mask: np.ndarray, kset) -> tuple[torch.Tensor, ...]:
+def canonical_view(kp: np.ndarray, mask: np.ndarray, kset) -> tuple[torch.Tensor, ...]:
     """``G`` of one view; drops the last frame (unknown global motion)."""
     cm = to_canonical(torch.as_tensor(kp, dtype=torch.float32), kset, torch.as_tensor(mask))
     _, (r, s) = from_canonical(cm)
@@ -222,7 +222,7 @@ def _file_rows(
     for v in range(m.num_views):
         if masks[v].any(axis=1).sum() < 2:
             continue
-        f, mk, r, s = _canonical_view(m.keypoints[v], masks[v], kset)
+        f, mk, r, s = canonical_view(m.keypoints[v], masks[v], kset)
         if f.shape[0] >= min_frames:
             rows.append((f, mk, r, s, g, v, REFERENCE_HEIGHT / m.image_size[1], m))
     return rows

@@ -32,9 +32,7 @@ from mimic2dm.control.reference import (
 from mimic2dm.control.start import MATCH_FRAMES, StartLibrary, match_start
 from mimic2dm.generators.sample import LoadedGenerator
 from mimic2dm.tasks.registry import build_engine
-from mimic2dm.tasks.tracking2d.asi import ASIConfig
-from mimic2dm.tasks.tracking2d.factory import tracking_config
-from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+from mimic2dm.tasks.tracking2d import Tracking2DTask, streaming_config, streaming_task
 from mimic2dm.utils.validate import check
 
 STAGES = ("generator", "g_inverse", "observation", "policy", "physics")
@@ -183,8 +181,7 @@ class Controller:
             spec = spec.with_engine(num_threads=engine_threads)
         self.policy, self.gen, self.spec = policy, gen, spec
         self.V = gen.num_views
-        self.cfg = dataclasses.replace(tracking_config(spec), num_views=self.V, early_termination=False,
-                                       max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
+        self.cfg = streaming_config(spec, self.V)
         self.engine = build_engine(spec, 1)
         kset = self.engine.character.keypoint_set
         if kset != gen.data["keypoint_set"]:
@@ -210,7 +207,7 @@ class Controller:
         src = ControlReference(self.engine.character.keypoint_set, 1, self.V, (R, t, k), cam.height,
                                self.hz, capacity=256, device=self.engine.device)  # fmt: skip
         src.push(torch.zeros(self.V, src.kset.num_keypoints, 2))  # a frame to start the episode at
-        return Tracking2DTask(self.engine, src, self.cfg, seed=0), src
+        return streaming_task(self.spec, self.engine, src), src
 
     def run(self, s: ControlSettings) -> Record:
         """Control the character for ``s.seconds``; returns what it recorded."""

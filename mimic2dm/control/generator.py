@@ -140,7 +140,7 @@ def replay_generator(path: str | Path, views: int = 1) -> ReplayGenerator:
     Its fps must be the tracker's control rate (checked by the controller); keypoints the
     clip misses are filled as the generators' training data fills them.
     """
-    from mimic2dm.generators.data import _canonical_view
+    from mimic2dm.generators.data import canonical_view
     from mimic2dm.motion.format import load_motion2d
     from mimic2dm.motion.keypoint_sets import load_keypoint_set
 
@@ -151,7 +151,7 @@ def replay_generator(path: str | Path, views: int = 1) -> ReplayGenerator:
         raise ValueError(f"--reference {path}: {m.num_frames} frames, expected >= 3")
     kset = load_keypoint_set(m.keypoint_set)
     feats = torch.stack(
-        [_canonical_view(m.keypoints[v], m.confidence[v] > 0, kset)[0] for v in range(views)]
+        [canonical_view(m.keypoints[v], m.confidence[v] > 0, kset)[0] for v in range(views)]
     )
     skill = m.labels.get("skill")
     data = {"keypoint_set": m.keypoint_set, "fps": float(m.fps), "features": feats,

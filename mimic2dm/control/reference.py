@@ -23,7 +23,7 @@ from mimic2dm.generators.data import features_to_pixels
 from mimic2dm.geometry.camera import DEG, look_at, spherical_offset
 from mimic2dm.motion.canonical import body_scale, root_2d
 from mimic2dm.motion.keypoint_sets import KeypointSet
-from mimic2dm.tasks.tracking2d.source import StreamingReference, _gather
+from mimic2dm.tasks.tracking2d import StreamingReference, gather
 from mimic2dm.utils.validate import check
 
 
@@ -107,7 +107,7 @@ class ControlReference(StreamingReference):
 
     def cameras(self, frames):
         s = self._slots(frames)
-        return _gather(self.R, s), _gather(self.t, s), _gather(self.k, s)
+        return gather(self.R, s), gather(self.t, s), gather(self.k, s)
 
     def set_frame_camera(
         self, frame: int, R: torch.Tensor, t: torch.Tensor, k: torch.Tensor

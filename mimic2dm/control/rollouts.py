@@ -13,7 +13,6 @@ keypoints kept as ``keypoints3d``), which ``gen_data=dir gen_data.dir=OUT`` acce
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -60,26 +59,9 @@ def track_clips(policy, data: list[str]) -> tuple[list[dict], object]:
     Returns:
         per sequence ``{clip, view, kp3d [T, K, 3], success, error_2d_px, labels}`` and the library.
     """
-    from mimic2dm.tasks.registry import build_engine
-    from mimic2dm.tasks.tracking2d.asi import ASIConfig
-    from mimic2dm.tasks.tracking2d.evaluation import rollout, sequences
-    from mimic2dm.tasks.tracking2d.factory import tracking_config
-    from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
-    from mimic2dm.tasks.tracking2d.source import ClipReference
-    from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+    from mimic2dm.tasks.tracking2d import roll_out_sequences
 
-    spec = policy.env_spec
-    cfg = dataclasses.replace(tracking_config(spec), num_views=1, early_termination=False,
-                              max_episode_steps=10**9, asi=ASIConfig(enabled=False))  # fmt: skip
-    lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
-    seqs = sequences(lib, 1)
-    N, T = len(seqs), lib.max_len
-    engine = build_engine(spec, N)
-    task = Tracking2DTask(engine, ClipReference(lib, N, 1, engine.device), cfg, seed=0)
-    starts = lib.offsets[torch.tensor([c for c, _ in seqs])]
-    task.start_episodes(torch.arange(N, device=task.device), starts, task.asi.sample_states(starts, task.gen),
-                        torch.tensor([v for _, v in seqs]))  # fmt: skip
-    rec = rollout(task, policy, T, states=False)
+    task, lib, seqs, _, _, rec = roll_out_sequences(policy, data, views=1, states=False)
     task.close()
     kp3d, uv, ref, mask, front = (rec[k] for k in ("kp3d", "uv", "ref", "mask", "front"))
     out = []

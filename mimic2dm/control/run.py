@@ -38,19 +38,14 @@ def random_tracker(character: str = "humanoid", seed: int = 0):
     from mimic2dm.engines.base import EngineOptions
     from mimic2dm.rl.config import network_params
     from mimic2dm.rl.policy import Policy, build_model
-    from mimic2dm.tasks.tracking2d.observations import observation_2d_size
+    from mimic2dm.tasks.tracking2d import observation_layout
     from mimic2dm.train import compose_config
 
     cfg = compose_config([f"character={character}"])
     spec = dataclasses.replace(task_spec_from_cfg(cfg, ["(random weights: no data)"]), data=())
     tc = train_config(cfg)
     with load_engine(EngineOptions(), character, 1) as e:
-        prop, K, A = _prop_dim(e), e.num_keypoints, e.num_dofs
-    layout = {
-        "prop": prop,
-        "view": observation_2d_size(K, int(spec.config["num_future"])),
-        "views": 1,
-    }
+        layout, A = observation_layout(e, int(spec.config["num_future"])), e.num_dofs
     torch.manual_seed(seed)
     params = network_params(tc.network, layout)
     obs_dim = layout["prop"] + layout["view"]
@@ -62,19 +57,6 @@ def random_tracker(character: str = "humanoid", seed: int = 0):
         "normalize_value": tc.normalize_value,
     }
     return Policy(model, spec, {}, 0, 0, meta)
-
-
-def _prop_dim(e) -> int:
-    """Size of the tracking task's proprioception for engine ``e``'s character."""
-    from mimic2dm.tasks.tracking2d import observations as O
-
-    s = e.get_state()
-    pos, rot = e.get_body_poses()
-    spec = e.character
-    parents = torch.tensor(spec.tree.parents)
-    key = torch.tensor([e.body_names.index(b) for b in spec.key_bodies])
-    return int(O.proprioception(s.root_pos, s.root_rot, s.root_lin_vel, s.root_ang_vel, rot, parents, s.dof_vel,
-                                pos[:, key]).shape[1])  # fmt: skip
 
 
 def default_pose_canonical(character: str) -> np.ndarray:

@@ -1,9 +1,24 @@
 """View-agnostic 2D tracking task (paper 3.2-3.3): engine-free observations, rewards,
 terminations and adaptive state initialisation; the reference comes from a
-:class:`~mimic2dm.tasks.tracking2d.source.ReferenceSource`."""
+:class:`~mimic2dm.tasks.tracking2d.source.ReferenceSource`.
+
+What apps use to drive a tracker from outside (:mod:`.streaming`): :func:`streaming_task`,
+:func:`streaming_config`, :func:`observation_layout`, :func:`roll_out_sequences`, the
+stream :class:`StreamingReference` (and :func:`gather`, how a source reads its buffers)."""
 
 from mimic2dm.tasks.common.entry import reference_entry
 from mimic2dm.tasks.tracking2d.config import TrackingConfig, upgrade_spec
+from mimic2dm.tasks.tracking2d.evaluation import roll_out_sequences
+from mimic2dm.tasks.tracking2d.source import StreamingReference, gather
+from mimic2dm.tasks.tracking2d.streaming import (
+    observation_layout,
+    streaming_config,
+    streaming_task,
+)
+from mimic2dm.tasks.tracking2d.task import Tracking2DTask
+
+__all__ = ["ENTRY", "StreamingReference", "Tracking2DTask", "check_clip", "gather",
+           "observation_layout", "roll_out_sequences", "streaming_config", "streaming_task"]  # fmt: skip
 
 
 def check_clip(motion) -> str | None:

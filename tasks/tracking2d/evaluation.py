@@ -12,16 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from mimic2dm.tasks.common.evaluation import (
-    evaluation_config,
-    policy_rollout,
-    start_sequences,
-    write_overlays,
-)
+from mimic2dm.tasks.common.evaluation import policy_rollout, start_sequences, write_overlays
 from mimic2dm.tasks.registry import build_engine
-from mimic2dm.tasks.tracking2d.factory import tracking_config
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
 from mimic2dm.tasks.tracking2d.source import ClipReference
+from mimic2dm.tasks.tracking2d.streaming import streaming_task
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
 from mimic2dm import metrics
@@ -137,29 +132,35 @@ def _metrics(
     return out
 
 
-def _roll_out(policy, data, views: int, task_cls: type, states: bool = True):
-    """Every sequence of ``data`` rolled out deterministically from its first frame."""
+def roll_out_sequences(
+    policy, data, views: int = 1, task_cls: type = Tracking2DTask, states: bool = True
+):
+    """Every sequence of the 2D clips ``data`` (:func:`sequences`) rolled out deterministically
+    by ``policy`` from its first frame, in one env each.
+
+    Returns:
+        ``(task, lib, seqs, source, cfg, rec)``: the task (close it), the clips, the
+        ``(clip, view ids)`` sequences, the reference, the settings and :func:`rollout`'s record.
+    """
     spec = policy.env_spec
-    cfg = evaluation_config(tracking_config(spec), num_views=views)
     lib = ReferenceLibrary.from_files([str(p) for p in data], spec.control_hz, view_mode="clip")
     seqs = sequences(lib, views)
     N = len(seqs)
     engine = build_engine(spec, N)
     source = ClipReference(lib, N, views, engine.device)
     # the initial-state source of training (cfg.initial_state): frame 0's 3D pose when known
-    task = task_cls(engine, source, cfg, seed=0)
+    task = streaming_task(spec, engine, source, task_cls)
     clip_ids = torch.tensor([c for c, _ in seqs])
-    starts = lib.offsets[clip_ids]
-    start_sequences(task, starts, torch.tensor([v for _, v in seqs]))
+    start_sequences(task, lib.offsets[clip_ids], torch.tensor([v for _, v in seqs]))
     rec = rollout(task, policy, lib.max_len, states)
-    return task, lib, seqs, source, cfg, rec
+    return task, lib, seqs, source, task.cfg, rec
 
 
 def simulated_keypoints3d(policy, data: str | Path, views: int = 1) -> np.ndarray:
     """``[T, K, 3]`` world keypoints of the simulated character (control rate), tracking the
     first sequence of the clip ``data`` (views ``0..views-1``) deterministically from its
     first frame: what held-out views are scored on."""
-    task, lib, _, _, _, rec = _roll_out(policy, [data], views, Tracking2DTask, states=False)
+    task, lib, _, _, _, rec = roll_out_sequences(policy, [data], views, states=False)
     task.close()
     return rec["kp3d"][0, : lib.clips[0].num_frames].numpy()
 
@@ -182,7 +183,7 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
         task_cls: the task class (a subclass of the tracker, e.g. ``DribbleTask``).
     """
     spec = policy.env_spec
-    task, lib, seqs, source, cfg, rec = _roll_out(policy, data, views, task_cls)
+    task, lib, seqs, source, cfg, rec = roll_out_sequences(policy, data, views, task_cls)
     per_seq = []
     for i, (c, vs) in enumerate(seqs):
         clip = lib.clips[c]

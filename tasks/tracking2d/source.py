@@ -102,8 +102,9 @@ class ReferenceSource(abc.ABC):
     def load_episode_state(self, d: dict) -> None: ...
 
 
-def _gather(x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """``x [N, V, T, ...]`` at per-env ``frames [N]`` or ``[N, n]`` -> ``[N, V, (n,) ...]``."""
+def gather(x: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """``x [N, V, T, ...]`` at per-env ``frames [N]`` or ``[N, n]`` -> ``[N, V, (n,) ...]``:
+    how a source reads its per-view, per-frame buffers (a subclass's own buffers too)."""
     e = torch.arange(x.shape[0], device=x.device)
     if frames.dim() == 1:
         return x[e, :, frames]
@@ -171,12 +172,12 @@ class ClipReference(ReferenceSource):
     def keypoints(self, frames):
         f = self._clamp(frames)
         v = self.views
-        return _gather(v.uv, f), _gather(v.mask, f), _gather(v.root, f)
+        return gather(v.uv, f), gather(v.mask, f), gather(v.root, f)
 
     def cameras(self, frames):
         f = self._clamp(frames)
         v = self.views
-        return _gather(v.cam_R, f), _gather(v.cam_t, f), _gather(v.intrinsics, f)
+        return gather(v.cam_R, f), gather(v.cam_t, f), gather(v.intrinsics, f)
 
     def heights(self):
         return self.views.height
@@ -188,7 +189,7 @@ class ClipReference(ReferenceSource):
         if not self.lib.has_object_track:
             return None
         f = self._clamp(frames)
-        return _gather(self.views.obj_uv, f), _gather(self.views.obj_valid, f)
+        return gather(self.views.obj_uv, f), gather(self.views.obj_valid, f)
 
     def clip_of(self, env_ids: torch.Tensor) -> torch.Tensor:
         """``[E]`` clip index of each env's episode."""
@@ -298,7 +299,7 @@ class StreamingReference(ReferenceSource):
 
     def keypoints(self, frames):
         s = self._slots(frames)
-        return _gather(self.uv, s), _gather(self.mask, s), _gather(self.root, s)
+        return gather(self.uv, s), gather(self.mask, s), gather(self.root, s)
 
     def cameras(self, frames):
         return self.R, self.t, self.k
