@@ -2,7 +2,9 @@
 
 Engine-free: it talks to an :class:`~mimic2dm.engines.base.Engine` only through the
 interface's tensors, and every observation, reward and termination is a pure function
-from :mod:`.observations`, :mod:`.rewards` and :mod:`.terminations`.
+from :mod:`.observations`, :mod:`.rewards` and :mod:`.terminations` (the shared ones from
+:mod:`mimic2dm.tasks.common`, whose :class:`~mimic2dm.tasks.common.task.ReferenceTask` is
+the skeleton: episodes, ASI, the step tail). Apps drive it through :mod:`.streaming`.
 
 Each env tracks ``num_views`` views of one clip (1 in training: view-agnostic tracking;
 >= 2 for 3D tracking by view aggregation). Envs reset themselves when done; terminations

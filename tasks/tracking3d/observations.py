@@ -1,5 +1,5 @@
 """The 3D tracker's goal observation as a pure tensor function (proprioception is
-:func:`mimic2dm.tasks.tracking2d.observations.proprioception`)."""
+:func:`mimic2dm.tasks.common.terms.proprioception`)."""
 
 from __future__ import annotations
 

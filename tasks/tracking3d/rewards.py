@@ -1,7 +1,7 @@
 """Rewards and terminations of the 3D tracker (DeepMimic / PHC style) as pure tensor functions.
 
 Every term is ``exp(-alpha * error)`` in [0, 1]; the terms are combined with
-:func:`mimic2dm.tasks.tracking2d.rewards.combine` (the scales re-normalised).
+:func:`mimic2dm.tasks.common.terms.combine` (the scales re-normalised).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The baselines of paper Table 1: **3D-GT** tracks the ground-truth 3D keypoints of a
 synthetic clip, **Sfv*** the 3D motion ``mimic2dm preprocess`` reconstructed from 2D. Same
-engines, PPO and network as the 2D tracker; episodes start from adaptive state
-initialisation (:class:`~mimic2dm.tasks.tracking2d.asi.StateBuffers`), and observations,
-rewards and terminations are pure functions (:mod:`.observations`, :mod:`.rewards`).
+engines, PPO and network as the 2D tracker, and the same skeleton
+(:class:`~mimic2dm.tasks.common.task.ReferenceTask`: episodes from adaptive state
+initialisation, falls, the step tail); what is its own, the goal observation, the reward
+terms and the distance termination, are pure functions (:mod:`.observations`, :mod:`.rewards`).
 """
 
 from __future__ import annotations
