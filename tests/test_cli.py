@@ -1,4 +1,4 @@
-"""The `mimic2dm` command as users call it: every sub-command the issues name is wired, and
+"""The `mimic2dm` command as users call it: every documented sub-command is wired, and
 `mimic2dm eval` / `mimic2dm bench train` run end to end on a tiny trained tracker."""
 
 import json
@@ -137,3 +137,25 @@ def test_eval_command_bad_input_is_a_clear_error(tmp_path):
     )
     assert res.exit_code == 1
     assert "missing.pt" in res.output
+
+
+def test_option_checks_name_the_option_and_input_errors_exit_1(capsys):
+    import typer
+
+    from mimic2dm.utils.cli import check_choice, check_positive, exit_on, fail
+
+    with pytest.raises(typer.BadParameter) as e:
+        check_choice("x", ("a", "b"), "--camera")
+    assert str(e.value) == "'x' is not one of a, b" and e.value.param_hint == "--camera"
+    check_choice("a", ("a", "b"), "--camera")
+    check_positive(None, "--fps")
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(typer.BadParameter, match="must be > 0"):
+            check_positive(bad, "--fps")
+    with pytest.raises(typer.Exit) as ex, exit_on(ValueError, prefix="clip.npz: "):
+        raise ValueError("field 'fps' is 0, expected > 0")
+    assert ex.value.exit_code == 1
+    assert capsys.readouterr().err == "error: clip.npz: field 'fps' is 0, expected > 0\n"
+    with pytest.raises(typer.Exit) as ex:
+        fail("cannot list 'x'", code=2)
+    assert ex.value.exit_code == 2 and capsys.readouterr().err == "error: cannot list 'x'\n"

@@ -132,18 +132,8 @@ def test_synth_noise_and_drops(tmp_path: Path):
     clean = load_motion2d(
         synth(tmp_path, "cmu_walk.npz", "humanoid", "--seed", "1", name="a.npz")[1]
     )
-    res, out = synth(
-        tmp_path,
-        "cmu_walk.npz",
-        "humanoid",
-        "--seed",
-        "1",
-        "--noise-px",
-        "8",
-        "--drop-prob",
-        "0.2",
-        name="b.npz",
-    )
+    noise = ("--seed", "1", "--noise-px", "8", "--drop-prob", "0.2")
+    res, out = synth(tmp_path, "cmu_walk.npz", "humanoid", *noise, name="b.npz")
     assert res.exit_code == 0, res.output
     noisy = load_motion2d(out)
     np.testing.assert_array_equal(noisy.camera_R, clean.camera_R)  # same seed, same cameras
@@ -157,20 +147,7 @@ def test_synth_noise_and_drops(tmp_path: Path):
     np.testing.assert_allclose(
         noisy.confidence[kept], expected, rtol=1e-3, atol=1e-4
     )  # falls with the error
-    again = load_motion2d(
-        synth(
-            tmp_path,
-            "cmu_walk.npz",
-            "humanoid",
-            "--seed",
-            "1",
-            "--noise-px",
-            "8",
-            "--drop-prob",
-            "0.2",
-            name="c.npz",
-        )[1]
-    )
+    again = load_motion2d(synth(tmp_path, "cmu_walk.npz", "humanoid", *noise, name="c.npz")[1])
     np.testing.assert_array_equal(again.keypoints, noisy.keypoints)  # deterministic
 
 
