@@ -6,12 +6,17 @@ picked here, before any test module imports mujoco, by the probe the code itself
 process); the choice goes to ``MUJOCO_GL`` for this process and those the tests start.
 Tests that need a rendered video take the ``gl_backend`` fixture: it skips them, with the
 reason, where no back-end works.
+
+The shared data is resolved here too (``shared_data``, imported before any test module):
+``../shared`` or ``$MIMIC2DM_SHARED`` where it is found, else the permissively licensed clips
+shipped in ``tests/fixtures/shared``; the header of the test report says which.
 """
 
 import os
 import tempfile
 
 import pytest
+import shared_data
 import torch
 
 from mimic2dm.render import gl_backend as probe_gl_backend
@@ -23,6 +28,12 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("MIMIC2DM_CACHE", tempfile.mkdtemp(prefix="mimic2dm_test_cache_"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 probe_gl_backend()
+
+
+def pytest_report_header(config) -> str:
+    """Which shared data the tests read."""
+    note = " (the clips shipped with the tests)" if shared_data.ON_SHIPPED_CLIPS else ""
+    return f"shared data: {shared_data.shared_dir()}{note}"
 
 
 @pytest.fixture

@@ -107,7 +107,7 @@ def standing_case(character: str, seconds: float = 1.0, num_envs: int = 2,
 
 
 MOCAP = mocap_dir()
-"""The project's test clips (``/work/shared/data/mocap``)."""
+"""The project's test clips (``shared/data/mocap``, else those in ``tests/fixtures/shared``)."""
 
 
 def mocap_case(clip: str = "cmu_walk", seconds: float = 0.2, num_envs: int = 4,

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from rl_helpers import TINY
 
+from mimic2dm.utils.paths import mocap_dir, shared_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,7 +36,7 @@ def _tiny_generator_and_walk(tmp_path: Path, env: dict, camera: str) -> tuple[Pa
                     "train.max_steps=2", "train.eval_every=2", "train.ckpt_every=2", "train.batch_size=4",
                     "optim.warmup_steps=1"], cwd=tmp_path, env=env, check=True, capture_output=True, timeout=600)  # fmt: skip
     real = tmp_path / "real.npz"
-    subprocess.run(["mimic2dm", "data", "synth", str(ROOT.parent / "shared/data/mocap/cmu_walk.npz"), "--out",
+    subprocess.run(["mimic2dm", "data", "synth", str(mocap_dir() / "cmu_walk.npz"), "--out",
                     str(real), "--seconds", "1.5", "--camera", camera, "--ground", "--seed", "0"],
                    cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)  # fmt: skip
     return gen, real
@@ -139,7 +141,7 @@ def test_compare_baselines_script_trains_the_methods_asked_and_tables_them(tmp_p
     """`cluster/compare_baselines.sh BUDGET OUT OVERRIDES` with `METHODS` (paper Table 1):
     synth -> strip -> preprocess, a 2D run from the preprocessed clip and a 3D-GT run, each
     for the budget, then `mimic2dm compare` over the rows that were trained."""
-    shared = ROOT.parent / "shared"
+    shared = shared_dir()
     if not (shared / "data" / "mocap" / "cmu_walk.npz").is_file():
         pytest.skip(f"no shared mocap under {shared}")
     env = _script_env(MIMIC2DM_SHARED=str(shared), CLIPS="cmu_walk", METHODS="mimic2dm gt3d")

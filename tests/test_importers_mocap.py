@@ -1,7 +1,8 @@
 """``data import-deepmimic`` and ``data import-bvh``: 3D motion onto the shared mocap layouts.
 
-The DeepMimic walk and its character file ship in ``tests/fixtures/deepmimic`` (MIT); the
-other DeepMimic clips are read from ``../shared`` when it is there. BVH files are written here.
+The DeepMimic walk, the dog's pace and trot and their character files ship in
+``tests/fixtures/deepmimic`` (MIT); the other DeepMimic clips are read from ``../shared`` when
+it is there. BVH files are written here.
 """
 
 from __future__ import annotations
@@ -12,23 +13,18 @@ from pathlib import Path
 
 import mujoco
 import numpy as np
-import pytest
 import torch
 from importer_helpers import assert_refused, invoke
 from scipy.spatial.transform import Rotation
+from shared_data import DEEPMIMIC, needs_deepmimic_clips
 
 from mimic2dm.characters import mocap
 from mimic2dm.motion.deepmimic import HUMANOID3D_TO_CMU
 from mimic2dm.motion.loaders import Y_UP_TO_Z_UP
-from mimic2dm.utils.paths import shared_dir
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "deepmimic"
 WALK = FIXTURES / "humanoid3d_walk.txt"
 CHARACTER = FIXTURES / "characters" / "humanoid3d.txt"
-DEEPMIMIC = shared_dir() / "data/mocap/deepmimic"
-needs_deepmimic = pytest.mark.skipif(
-    not DEEPMIMIC.is_dir(), reason=f"shared DeepMimic clips not found at {DEEPMIMIC}"
-)
 
 
 # ----------------------------------------------------------------------------- DeepMimic
@@ -155,7 +151,7 @@ def test_deepmimic_bad_input(tmp_path: Path):
     assert_refused(res, out, str(wrong), "humanoid3d or dog3d")
 
 
-@needs_deepmimic
+@needs_deepmimic_clips
 def test_deepmimic_shared_humanoid_and_dog_clips(tmp_path: Path):
     for clip in sorted(DEEPMIMIC.glob("humanoid3d_*.txt")):
         res = invoke("import-deepmimic", clip, "--out", tmp_path / f"{clip.stem}.npz")
@@ -172,11 +168,10 @@ def test_deepmimic_shared_humanoid_and_dog_clips(tmp_path: Path):
     assert res.exit_code == 0, res.output
 
 
-@needs_deepmimic
 def test_deepmimic_dog_matches_mujoco_fk(tmp_path: Path):
     from mimic2dm.motion.deepmimic import DOG3D_TO_MOCAP
 
-    character, clip = DEEPMIMIC / "characters" / "dog3d.txt", DEEPMIMIC / "dog" / "dog3d_pace.txt"
+    character, clip = FIXTURES / "characters" / "dog3d.txt", FIXTURES / "dog" / "dog3d_pace.txt"
     out = tmp_path / "pace.npz"
     assert invoke("import-deepmimic", clip, "--out", out).exit_code == 0
     with np.load(out) as z:

@@ -2,7 +2,8 @@
 
 Runs on the fixtures in ``tests/fixtures`` (AIST++ CC BY 4.0, BADJA MIT) and on files written
 here (Penn Action ``.mat`` files by ``scipy.io.savemat``: the dataset's licence keeps it out
-of the repository); the real files in ``../shared/data/video2d`` are read when present.
+of the repository); the real files in ``../shared/data/video2d`` are read when present (the
+BADJA ones also ship, ``tests/fixtures/shared``).
 """
 
 from __future__ import annotations
@@ -12,22 +13,17 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-import pytest
 import scipy.io
 from importer_helpers import assert_refused, invoke
+from shared_data import VIDEO2D, needs_aistpp_sequences, needs_badja_files, needs_penn_action
 
 from mimic2dm.motion.format import check_trackable, load_motion2d
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17
 from mimic2dm.motion.video2d import BADJA_TO_DOG17, PENN_TO_COCO17
-from mimic2dm.utils.paths import shared_dir
 
 HERE = Path(__file__).resolve().parent
 AIST_FIXTURE = HERE / "fixtures" / "aistpp" / "gBR_sBM_cAll_d04_mBR0_ch01_c01_2s.pkl"
 BADJA_FIXTURE = HERE / "fixtures" / "badja" / "rs_dog_first20.json"
-VIDEO2D = shared_dir() / "data" / "video2d"
-needs_video2d = pytest.mark.skipif(
-    not VIDEO2D.is_dir(), reason=f"shared 2D keypoint data not found at {VIDEO2D}"
-)
 
 
 def _aist_data() -> dict[str, np.ndarray]:
@@ -138,7 +134,7 @@ def test_aist_bad_input(tmp_path: Path):
     assert_refused(res, out, "c05", "c01")
 
 
-@needs_video2d
+@needs_aistpp_sequences
 def test_aist_shared_sequence_all_views(tmp_path: Path):
     out = tmp_path / "ch01.npz"
     res = invoke("import-aist", VIDEO2D / "aistpp" / "ch01.pkl", "--out", out)
@@ -206,7 +202,7 @@ def test_penn_bad_input(tmp_path: Path):
     assert_refused(invoke("import-penn", empty, "--out", out), out, str(empty), "(file)")
 
 
-@needs_video2d
+@needs_penn_action
 def test_penn_shared_clips(tmp_path: Path):
     files = sorted((VIDEO2D / "penn_action").glob("*.mat"))
     assert len(files) == 36
@@ -287,7 +283,7 @@ def test_badja_bad_input(tmp_path: Path):
     assert res.exit_code == 2 and "WxH" in res.output and not out.exists()
 
 
-@needs_video2d
+@needs_badja_files
 def test_badja_shared_files(tmp_path: Path):
     for name, frames in (("rs_dog", 201), ("dog", 53), ("dog-agility", 21)):
         out = tmp_path / f"{name}.npz"

@@ -285,7 +285,7 @@ def dog_clip(tmp_path_factory):
     from mimic2dm.app.data import _make_synth
 
     out = tmp_path_factory.mktemp("dog") / "dog.npz"
-    _make_synth(out, {"mocap": "/work/shared/data/mocap/dog_trot.npz", "views": 1, "camera": "tracking",
+    _make_synth(out, {"mocap": str(mocap_dir() / "dog_trot.npz"), "views": 1, "camera": "tracking",
                       "fps": 30.0, "seed": 0})  # fmt: skip
     return out
 
@@ -306,7 +306,7 @@ def test_a_clip_of_another_keypoint_set_is_refused_before_any_directory(tmp_path
 
 @pytest.mark.skipif(
     not (mocap_dir() / "dog_trot.npz").is_file(),
-    reason=f"the dog mocap (CC BY-NC, not shipped) is not at {mocap_dir()}",
+    reason=f"no dog clip dog_trot.npz at {mocap_dir()}",
 )
 def test_a_made_clip_is_checked_before_config_tb_and_wandb(tmp_path, dog_clip):
     from mimic2dm.utils.validate import ConfigError
