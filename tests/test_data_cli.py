@@ -78,21 +78,8 @@ def test_synth_cmu_walk(tmp_path: Path, camera: str):
 def test_synth_dog_trot_resampled_with_labels(tmp_path: Path):
     from mimic2dm.characters import mocap
 
-    res, out = synth(
-        tmp_path,
-        "dog_trot.npz",
-        "dog",
-        "--views",
-        "2",
-        "--camera",
-        "dynamic",
-        "--fps",
-        "30",
-        "--label",
-        "gait=trot",
-        "--label",
-        "speed=fast",
-    )
+    opts = "--views 2 --camera dynamic --fps 30 --label gait=trot --label speed=fast".split()
+    res, out = synth(tmp_path, "dog_trot.npz", "dog", *opts)
     assert res.exit_code == 0, res.output
     m = load_motion2d(out)
     assert (
@@ -346,19 +333,8 @@ def test_import_json_and_aist(tmp_path: Path):
     ]
     (tmp_path / "res.json").write_text(json.dumps(results))
     out = tmp_path / "clip.npz"
-    res = invoke(
-        "import-json",
-        tmp_path / "res.json",
-        "--out",
-        out,
-        "--fps",
-        "25",
-        "--width",
-        "640",
-        "--height",
-        "480",
-        "--random-weights",
-    )
+    size = "--fps 25 --width 640 --height 480 --random-weights".split()
+    res = invoke("import-json", tmp_path / "res.json", "--out", out, *size)
     assert res.exit_code == 0, res.output
     m = load_motion2d(out)
     assert m.num_frames == 4 and m.image_size == (640, 480) and m.meta["random_weights"] is True
