@@ -1,5 +1,6 @@
-"""One source of defaults: every shipped group config under ``conf/`` equals its schema's
-defaults, so code that builds a config dataclass directly runs what training runs."""
+"""One source of defaults: the shipped group configs under ``conf/`` (every task, and each
+group's default file of ``conf/tracker.yaml``; the generator apps' optimiser) equal their
+schema's defaults, so code that builds a config dataclass directly runs what training runs."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ KNOWN: dict[str, str] = {
 
 
 def _schemas() -> dict[str, tuple[str, type]]:
+    from mimic2dm.generators.optim import OptimConfig
     from mimic2dm.tasks.registry import load_task, task_names
 
     from mimic2dm.engines.base import EngineOptions
@@ -37,6 +39,7 @@ def _schemas() -> dict[str, tuple[str, type]]:
     out["ray/none.yaml"] = ("ray", RayConfig)
     out["logger/default.yaml"] = ("logger", LoggerConfig)
     out["engine/mujoco.yaml"] = ("engine", EngineOptions)
+    out["optim/adamw.yaml"] = ("optim", OptimConfig)  # the generator apps'
     return out
 
 
