@@ -61,17 +61,23 @@ class RunSpec:
     def task_spec(self, data_files: list[str]) -> TaskSpec:
         """The picklable ``TaskSpec`` of this run over ``data_files`` (the prepared clips of
         the ``data`` group; ignored by tasks that track no data)."""
-        spec = TaskSpec(
-            task=self.task,
-            character=self.character,
-            engine=dict(self.engine_group),
-            objects=self.objects,
-            control_hz=self.control_hz,
-            config=to_plain(self.task_config),
-            data=tuple(str(f) for f in data_files) if self.needs_data else (),
-        )
-        check_spec(spec)
-        return spec
+        return _task_spec(self.task, self.character, self.engine_group, self.objects,
+                          self.control_hz, self.task_config, data_files)  # fmt: skip
+
+
+def _task_spec(task: str, character: str, engine: dict, objects: tuple[str, ...],
+               control_hz: float, config: Any, data_files: list[str]) -> TaskSpec:  # fmt: skip
+    spec = TaskSpec(
+        task=task,
+        character=character,
+        engine=dict(engine),
+        objects=tuple(objects),
+        control_hz=control_hz,
+        config=to_plain(config),
+        data=tuple(str(f) for f in data_files) if load_task(task).needs_data else (),
+    )
+    check_spec(spec)
+    return spec
 
 
 def _checked(schema: type, node: Any, where: str):
@@ -138,17 +144,8 @@ def task_spec_from_cfg(cfg: DictConfig, data_files: list[str]) -> TaskSpec:
     """
     name, config, control_hz = task_config(cfg)
     engine_config(cfg, control_hz)  # every key of the engine group reaches the backend: check it
-    spec = TaskSpec(
-        task=name,
-        character=str(cfg.character.name),
-        engine=OmegaConf.to_container(cfg.engine, resolve=True),
-        objects=tuple(cfg.task.get("objects") or ()),
-        control_hz=control_hz,
-        config=to_plain(config),
-        data=tuple(str(f) for f in data_files) if load_task(name).needs_data else (),
-    )
-    check_spec(spec)
-    return spec
+    return _task_spec(name, str(cfg.character.name), OmegaConf.to_container(cfg.engine, resolve=True),
+                      tuple(cfg.task.get("objects") or ()), control_hz, config, data_files)  # fmt: skip
 
 
 def check_data_files(cfg: DictConfig, control_hz: float, made: list[str] | None = None) -> None:
