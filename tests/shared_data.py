@@ -42,8 +42,8 @@ ON_SHIPPED_CLIPS = _use_shipped_clips_where_the_shared_data_is_absent()
 #: those clips' own (the shipped ``dog_*.npz`` are DeepMimic's dog3d gaits).
 needs_ai4animation_dogs = pytest.mark.skipif(
     ON_SHIPPED_CLIPS,
-    reason=f"needs the AI4Animation dog clips (CC BY-NC, not shipped; the shipped dog clips "
-    f"are DeepMimic's): {HINT}",
+    reason=f"needs the AI4Animation dog clips (CC BY-NC, not shipped): its bounds and frame "
+    f"counts are theirs, the shipped dog clips are DeepMimic's; {HINT}",
 )
 
 #: The 2D keypoint files of ``shared/data/video2d``, one marker per data set.

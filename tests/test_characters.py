@@ -5,6 +5,7 @@ from __future__ import annotations
 import mujoco
 import numpy as np
 import pytest
+from shared_data import needs_ai4animation_dogs
 
 from mimic2dm.characters import (
     CHARACTERS,
@@ -174,7 +175,7 @@ def test_per_character_facts_come_from_the_spec(name):
 @pytest.mark.parametrize(
     ("clip", "character", "lift_range"),
     [("cmu_walk", "humanoid", (0.045, 0.06)), ("cmu_hop", "humanoid", (0.0, 0.01)),
-     ("dog_trot", "dog", (0.01, 0.04))],
+     pytest.param("dog_trot", "dog", (0.01, 0.04), marks=needs_ai4animation_dogs)],
 )  # fmt: skip
 def test_ground_keypoints_lifts_mocap_onto_the_characters_own_feet(clip, character, lift_range):
     """The shared CMU walk puts the ankle at 0 m, 5 cm under the humanoid's flat-foot ankle; the

@@ -11,6 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from shared_data import needs_ai4animation_dogs
 from typer.testing import CliRunner
 
 from mimic2dm.geometry.camera import Camera
@@ -75,6 +76,7 @@ def test_synth_cmu_walk(tmp_path: Path, camera: str):
 
 
 @needs_mocap
+@needs_ai4animation_dogs
 def test_synth_dog_trot_resampled_with_labels(tmp_path: Path):
     from mimic2dm.characters import mocap
 

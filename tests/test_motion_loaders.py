@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.spatial.transform import Rotation
+from shared_data import needs_ai4animation_dogs
 
 from mimic2dm.characters.clips import load_mocap_keypoints, mocap_to_motion3d
 from mimic2dm.motion.format import Motion3D, MotionFormatError, save_motion3d
@@ -334,6 +335,7 @@ needs_mocap = pytest.mark.skipif(
 
 
 @needs_mocap
+@needs_ai4animation_dogs
 def test_mocap_keypoints_human_and_dog():
     from mimic2dm.characters import mocap
 

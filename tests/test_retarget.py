@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from shared_data import needs_ai4animation_dogs
 
 from mimic2dm.characters import load_character
 from mimic2dm.characters.mocap import (
@@ -137,6 +138,7 @@ def test_torch_fk_matches_mujoco(name):
 
 
 # ----------------------------------------------------------------------------- dogs
+@needs_ai4animation_dogs
 @pytest.mark.parametrize("clip_name", DOG_CLIPS)
 def test_dog_keypoint_mapping(clip_name):
     clip = load_dog_clip(_clip_path(clip_name))
@@ -155,6 +157,7 @@ def test_dog_keypoint_mapping(clip_name):
     assert torch.all(kp[:, 2, 0] < kp[:, 4, 0])
 
 
+@needs_ai4animation_dogs
 @pytest.mark.parametrize("name", ["dog", "dog_spine"])
 @pytest.mark.parametrize("clip_name", DOG_CLIPS)
 def test_dog_retarget_replays_keypoints(name, clip_name):

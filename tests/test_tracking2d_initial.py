@@ -18,6 +18,7 @@ from mimic2dm.tasks.tracking2d.initial import (
     initial_states,
 )
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
+from shared_data import needs_ai4animation_dogs
 
 from mimic2dm.characters import load_character
 from mimic2dm.motion.format import load_motion2d, save_motion2d
@@ -58,7 +59,9 @@ def _library(path: Path) -> ReferenceLibrary:
     return ReferenceLibrary.from_files([path], m.fps)
 
 
-@pytest.mark.parametrize("character", ["humanoid", "dog"])
+@pytest.mark.parametrize(
+    "character", ["humanoid", pytest.param("dog", marks=needs_ai4animation_dogs)]
+)
 def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
     lib = _library(clips[character])
     F = lib.total_frames

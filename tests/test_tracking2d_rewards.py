@@ -10,7 +10,6 @@
 """
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,7 +21,9 @@ from mimic2dm.tasks.tracking2d.rewards import (
     scale_reward,
 )
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+from mimic2dm.utils.paths import mocap_dir
+
+MOCAP = mocap_dir()
 PAIRS = torch.tensor([[5, 6], [11, 12]])  # COCO-17 (left, right) shoulders, hips
 H = 1080.0
 
@@ -32,7 +33,7 @@ def walk():
     """cmu_walk at 30 fps seen by one static virtual camera: ``uv [T, 17, 2]``, ``mask``, and the
     normalised actions that would hold the retargeted reference pose ``[T, 28]``."""
     if not (MOCAP / "cmu_walk.npz").is_file():
-        pytest.skip("no mocap data in ../shared/data/mocap")
+        pytest.skip(f"no cmu_walk.npz in {MOCAP}")
     from mimic2dm.characters import load_character, mocap
     from mimic2dm.characters.retarget import retarget_human
     from mimic2dm.motion.synth import synthesize_views

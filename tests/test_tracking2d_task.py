@@ -1,7 +1,5 @@
 """The tracking task end to end: against a kinematic fake engine (task logic) and on real MuJoCo."""
 
-from pathlib import Path
-
 import pytest
 import torch
 from fake_engine import KinematicEngine
@@ -16,8 +14,9 @@ from mimic2dm.characters.demo_clip import make_demo_clip
 from mimic2dm.engines import load_engine
 from mimic2dm.geometry.virtual import VirtualCameraConfig
 from mimic2dm.motion.synth import synthesize_views
+from mimic2dm.utils.paths import mocap_dir
 
-MOCAP = Path(__file__).resolve().parents[2] / "shared/data/mocap"
+MOCAP = mocap_dir()
 
 
 # the starts these tests were written for (the shipped config starts from the clip's 3D pose)
@@ -239,7 +238,7 @@ def test_create_reset_step_on_real_mujoco(character, demo):
         m2 = demo[1]
     else:
         if not (MOCAP / "dog_trot.npz").is_file():
-            pytest.skip("shared/data/mocap/dog_trot.npz not available")
+            pytest.skip(f"no dog_trot.npz in {MOCAP}")
         kp = load_mocap_keypoints(MOCAP / "dog_trot.npz")
         m2 = synthesize_views(
             kp.keypoints, kp.keypoint_set, kp.fps, num_views=2, camera="static", seed=0

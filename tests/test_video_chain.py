@@ -3,7 +3,7 @@
 ``mimic2dm-train data=files 'data.clips=[PATH]' task.initial_state=auto`` -> ``eval``.
 
 The clip is the shared CMU walk projected to one static view (``data synth``), or, where
-../shared is absent, the project's own demo clip; its 3D ground truth only scores
+the shared mocap is absent, the project's own demo clip; its 3D ground truth only scores
 preprocessing (``--gt``)."""
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typer.testing import CliRunner
 from mimic2dm.cli import app
 from mimic2dm.motion.format import load_motion2d
 from mimic2dm.utils.checkpoint import load_checkpoint
+from mimic2dm.utils.paths import mocap_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-MOCAP = ROOT.parent / "shared/data/mocap"
+MOCAP = mocap_dir()
 REPROJECTION_BOUND_PX = 5.0
 """The issue's reprojection target (measured: about 1.4 px on both clips)."""
 MPJPE_BOUND_MM = 150.0
