@@ -39,6 +39,38 @@ def _pose_kp(spec, dof=None, root_pos=None):
                                d(p.root_quat), d(p.dof_pos if dof is None else dof)).float()  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"num_future": 0}, "task.num_future=0: expected"),
+        ({"fall_tilt_deg": 200.0}, "task.fall_tilt_deg=200.0: expected"),
+        ({"initial_state": "x"}, "task.initial_state='x': expected"),
+        ({"reward": {"alpha_reg": 0.0}}, "task.reward.alpha_reg=0.0: expected a number > 0"),
+    ],
+)
+def test_both_trackers_check_their_shared_settings_alike(kwargs, message):
+    from mimic2dm.tasks.tracking2d.config import TrackingConfig
+
+    from mimic2dm.utils.config import from_mapping
+    from mimic2dm.utils.validate import ConfigError
+
+    for schema in (TrackingConfig, Tracking3DConfig):
+        with pytest.raises(ConfigError, match=message):
+            from_mapping(schema, kwargs, "task")
+
+
+def test_3d_reward_scales_need_a_positive_total_the_2d_ones_may_not():
+    """Every 3D term is always present; a 2D term may be absent (``obj``), so its sum is
+    checked over the terms present at each step."""
+    from mimic2dm.tasks.tracking2d.rewards import RewardConfig
+
+    from mimic2dm.utils.validate import ConfigError
+
+    with pytest.raises(ConfigError, match="task.reward.scales=.*a positive total weight"):
+        Reward3DConfig(scales={"pos": 0.0})
+    assert RewardConfig(scales={"obj": 0.0}).scales == {"obj": 0.0}
+
+
 def test_rewards_are_one_on_the_reference_and_lower_when_perturbed():
     spec = load_character("humanoid")
     ref = _pose_kp(spec)

@@ -22,17 +22,22 @@ def _group() -> None:
     """Benchmarks (ratios against baselines measured in the same run)."""
 
 
+def _new_table(title: str, *columns: str) -> Table:
+    """A table titled ``title``: a ``what`` column, then ``columns`` aligned right."""
+    table = Table(title=title)
+    table.add_column("what")
+    for column in columns:
+        table.add_column(column, justify="right")
+    return table
+
+
 def _table(result: dict) -> Table:
     a = result["engine_env_steps_per_s"]
-    table = Table(
-        title=(
-            f"{result['character']}: {result['num_envs']} envs, {result['threads']} threads, "
-            f"{result['substeps']} physics steps / control step"
-        )
+    title = (
+        f"{result['character']}: {result['num_envs']} envs, {result['threads']} threads, "
+        f"{result['substeps']} physics steps / control step"
     )
-    table.add_column("what")
-    table.add_column("env-steps/s", justify="right")
-    table.add_column("engine / this", justify="right")
+    table = _new_table(title, "env-steps/s", "engine / this")
     rows = (
         ("engine (step + keypoints to torch)", a),
         ("raw mujoco.rollout, no read-out", result["raw_env_steps_per_s"]),
@@ -44,16 +49,13 @@ def _table(result: dict) -> Table:
 
 
 def _backend_table(result: dict) -> Table:
-    a = result["engine_env_steps_per_s"]
-    table = Table(
-        title=(
-            f"{result['engine']} on {result['device']}, {result['character']}: {result['num_envs']} envs "
-            f"(MuJoCo: {result['threads']} threads), built in {result['build_s']:.0f} s"
-        )
+    title = (
+        f"{result['engine']} on {result['device']}, {result['character']}: {result['num_envs']} envs "
+        f"(MuJoCo: {result['threads']} threads), built in {result['build_s']:.0f} s"
     )
-    table.add_column("what")
-    table.add_column("value", justify="right")
-    table.add_row(f"{result['engine']} env-steps/s (step + keypoints)", f"{a:,.0f}")
+    table = _new_table(title, "value")
+    rate = result["engine_env_steps_per_s"]
+    table.add_row(f"{result['engine']} env-steps/s (step + keypoints)", f"{rate:,.0f}")
     table.add_row("MuJoCo engine env-steps/s", f"{result['mujoco_env_steps_per_s']:,.0f}")
     table.add_row(f"{result['engine']} / MuJoCo", f"{result['engine_vs_mujoco']:.2f}x")
     table.add_row(

@@ -97,16 +97,19 @@ def check_scales(scales: dict[str, float], terms) -> None:
         check(f"task.reward.scales.{name}", weight, ge=0)
 
 
-def check_reward(cfg, terms, positive: tuple[str, ...]) -> None:
-    """A reward config's checks: ``cfg.scales`` (:func:`check_scales` over ``terms``) and
+def check_reward(cfg, terms, positive: tuple[str, ...], weighted: bool = False) -> None:
+    """A reward config's checks: ``cfg.scales`` (:func:`check_scales` over ``terms``), with
+    ``weighted`` a positive total weight (for a task whose terms are always present), and
     every field named in ``positive`` (``alpha_*`` sharpness, margins) ``> 0``.
 
     Raises:
         ConfigError: naming ``task.reward.<field>`` and what is allowed.
     """
-    from mimic2dm.utils.validate import check
+    from mimic2dm.utils.validate import ConfigError, check
 
     check_scales(cfg.scales, terms)
+    if weighted and sum(cfg.scales.values()) <= 0:
+        raise ConfigError("task.reward.scales", dict(cfg.scales), "a positive total weight")
     for name in positive:
         check(f"task.reward.{name}", getattr(cfg, name), gt=0)
 

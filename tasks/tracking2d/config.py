@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mimic2dm.tasks.common.config import ReferenceConfig
 from mimic2dm.tasks.tracking2d.asi import ASIConfig
 from mimic2dm.tasks.tracking2d.reference import VIEW_MODES
 from mimic2dm.tasks.tracking2d.rewards import RewardConfig
@@ -12,65 +13,41 @@ from mimic2dm.geometry.virtual import VirtualCameraConfig
 
 
 @dataclass
-class TrackingConfig:
-    """Task settings; ``fall_height`` comes from the character (``${character.fall_height}``).
+class TrackingConfig(ReferenceConfig):
+    """:class:`~mimic2dm.tasks.common.config.ReferenceConfig` plus the 2D tracker's own settings.
+
+    ``initial_state`` ``auto``: a clip's preprocessed states, else its 3D pose fitted by IK
+    when it has 3D keypoints, else the default pose (``initial.py``).
 
     Attributes:
-        num_future: future reference frames observed.
         num_views: views per env (1: view-agnostic training; >= 2: 3D tracking by aggregation).
-        max_episode_steps: time-out.
         tau_term: reprojection termination: max masked error > ``tau_term`` x image height.
-        fall_height: root below this (m) ends the episode.
-        fall_tilt_deg: the root's up axis leaning more than this (degrees) from vertical ends
-            the episode (``${character.fall_tilt_deg}``; 0: off). The dog needs it: rolled
-            over, its root stays above any useful height floor.
-        early_termination: False: only time-outs and non-finite physics end episodes.
-        action_scale: actions in [-1, 1] span ``action_scale`` x half the joint range
-            around the default pose.
         view_mode: ``clip`` | ``virtual`` | ``mixed`` (virtual and mixed need clips with 3D
             keypoints) | ``auto`` (virtual views for the clips with 3D, own views for the others).
         camera_mode: ``static`` | ``tracking`` | ``dynamic`` (virtual cameras).
         camera: virtual camera sampling ranges.
         reward: term scales and sharpness; asi: adaptive state initialisation.
-        initial_state: first fill of the ASI buffers (and evaluation's start): ``auto``
-            (a clip's preprocessed states, else its 3D pose fitted by IK when it has 3D
-            keypoints, else the default pose) or ``default_pose`` (``initial.py``).
-        initial_ground: lift those states whose collision geometry starts in the ground
-            until it touches it (``initial.ground_states``).
         initial_level_feet: fitted 3D poses get flat feet (``retarget.level_feet``): the
             IK leaves foot pitch free, as COCO-17 has no toe keypoint.
     """
 
-    num_future: int = 2
     num_views: int = 1
-    max_episode_steps: int = 300
     tau_term: float = 0.12
-    fall_height: float = 0.3
-    fall_tilt_deg: float = 0.0
-    early_termination: bool = True
-    action_scale: float = 1.0
     view_mode: str = "clip"
     camera_mode: str = "static"
     camera: VirtualCameraConfig = field(default_factory=VirtualCameraConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
-    initial_state: str = "auto"
-    initial_ground: bool = True
     initial_level_feet: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         from mimic2dm.geometry.virtual import CAMERA_MODES
         from mimic2dm.utils.validate import check, check_choice
 
-        check("task.num_future", self.num_future, ge=1, integer=True)
         check("task.num_views", self.num_views, ge=1, integer=True)
-        check("task.max_episode_steps", self.max_episode_steps, ge=1, integer=True)
         check("task.tau_term", self.tau_term, gt=0)
-        check("task.fall_height", self.fall_height, ge=0)
-        check("task.fall_tilt_deg", self.fall_tilt_deg, ge=0, le=180)
-        check("task.action_scale", self.action_scale, gt=0)
         check_choice("task.view_mode", self.view_mode, VIEW_MODES)
-        check_choice("task.initial_state", self.initial_state, ("auto", "default_pose"))
         check_choice("task.camera_mode", self.camera_mode, CAMERA_MODES)
 
 

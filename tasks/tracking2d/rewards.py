@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from mimic2dm.tasks.common.terms import check_reward, check_scales  # noqa: F401 (check_scales: tracking3d.config imports it from here)
+from mimic2dm.tasks.common.config import TermRewardConfig
 
 TERMS = ("pos", "vel", "obj", "reg", "ori", "contact", "scale")
 """Every reward term the task can produce (``obj`` only with an object and its 2D track;
@@ -34,15 +34,15 @@ def _default_scales() -> dict[str, float]:
 
 
 @dataclass
-class RewardConfig:
-    """Term weights (``scales``) and sharpness of the reward terms (docs/design.md section 3).
+class RewardConfig(TermRewardConfig):
+    """Term weights (``scales``) and sharpness of the reward terms (docs/design.md section 3);
+    ``alpha_reg`` comes from :class:`~mimic2dm.tasks.common.config.TermRewardConfig`.
 
     A term missing from ``scales`` has weight 0 (it is still computed and logged).
 
     Attributes:
         alpha_pos, alpha_obj: sharpness on squared errors in image heights.
         alpha_vel: sharpness on squared velocity errors in image heights per second.
-        alpha_reg: sharpness on the mean squared action change per control step.
         ori_margin: ``ori`` demands the reference's left/right order of a shoulder / hip
             pair fully once the pair is this far apart (fraction of H); closer pairs
             (side views) count less.
@@ -56,15 +56,13 @@ class RewardConfig:
     alpha_pos: float = 400.0
     alpha_vel: float = 20.0
     alpha_obj: float = 400.0
-    alpha_reg: float = 10.0
     ori_margin: float = 0.02
     contact_still: float = 0.07
     alpha_scale: float = 200.0
 
-    def __post_init__(self) -> None:
-        positive = ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg", "ori_margin", "contact_still",
-                    "alpha_scale")  # fmt: skip
-        check_reward(self, TERMS, positive)
+    terms = TERMS
+    positive = ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg", "ori_margin", "contact_still",
+                "alpha_scale")  # fmt: skip
 
 
 def masked_sq_error(
