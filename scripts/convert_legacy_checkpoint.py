@@ -1,8 +1,9 @@
 """Convert a tracker checkpoint of format version 1 to the current format.
 
-Version 1 kept its version at the top level, stored the run's task as a pickled tracking
-``EnvSpec`` in ``meta["env_spec"]`` (``w_<term>`` reward weights, view and engine settings
-beside the task config) and did not record the training time. The current format
+Version 1 kept its version at the top level. Its first layout stored the run's task as a
+pickled tracking ``EnvSpec`` in ``meta["env_spec"]`` (``w_<term>`` reward weights, view and
+engine settings beside the task config) and did not record the training time; its later
+layout already stored the ``TaskSpec`` as plain data in ``meta["task_spec"]``. The current format
 (:data:`mimic2dm.rl.policy.CHECKPOINT_VERSION`) has the ``TaskSpec`` as plain data in
 ``meta["task_spec"]``, the version in ``meta["format_version"]`` and ``train_seconds``.
 
@@ -37,13 +38,15 @@ def convert(ck: dict, path: str | Path = "checkpoint") -> dict:
     """
     found = checkpoint_version(ck)
     meta = dict(ck.get("meta") or {})
-    if found != OLD_VERSION or "env_spec" not in meta:
+    if found != OLD_VERSION or not ({"env_spec", "task_spec"} & set(meta)):
         raise ValueError(
-            f"{path}: checkpoint format version {found}, expected {OLD_VERSION} with meta['env_spec']"
+            f"{path}: checkpoint format version {found}, expected {OLD_VERSION} with "
+            "meta['env_spec'] or meta['task_spec']"
         )
-    old_spec = records_to_plain(meta.pop("env_spec"))
-    spec = TaskSpec.from_dict(load_task(OLD_TASK).upgrade_spec(old_spec))
-    meta["task_spec"] = spec.to_dict()
+    if "env_spec" in meta:
+        old_spec = records_to_plain(meta.pop("env_spec"))
+        spec = TaskSpec.from_dict(load_task(OLD_TASK).upgrade_spec(old_spec))
+        meta["task_spec"] = spec.to_dict()
     meta["format_version"] = CHECKPOINT_VERSION
     out = {k: v for k, v in ck.items() if k != "version"}
     out["meta"] = meta

@@ -85,3 +85,32 @@ def test_a_checkpoint_of_another_format_version_is_refused_by_name(tmp_path):
     atomic_torch_save(newer, tmp_path / "v3.pt")
     with pytest.raises(ValueError, match="v3.pt: checkpoint format version 3, expected 2"):
         load_policy(tmp_path / "v3.pt")
+
+
+def test_the_converter_turns_both_version_1_layouts_into_loadable_checkpoints(tmp_path):
+    """Version 1 stored the task as ``meta['env_spec']`` first and as ``meta['task_spec']``
+    later; scripts/convert_legacy_checkpoint.py converts either, weights unchanged."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "convert_legacy_checkpoint",
+        Path(__file__).parents[1] / "scripts" / "convert_legacy_checkpoint.py",
+    )
+    conv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conv)
+    ck = load_checkpoint(CKPT)
+    later_v1 = {
+        **{k: v for k, v in ck.items() if k != "train_seconds"},
+        "version": 1,
+        "meta": {k: v for k, v in ck["meta"].items() if k != "format_version"},
+    }
+    atomic_torch_save(later_v1, tmp_path / "v1.pt")
+    assert conv.main([str(tmp_path / "v1.pt"), str(tmp_path / "v2.pt")]) == 0
+    back = load_checkpoint(tmp_path / "v2.pt")
+    assert back["meta"]["format_version"] == CHECKPOINT_VERSION and "version" not in back
+    assert back["meta"]["task_spec"] == ck["meta"]["task_spec"] and back["train_seconds"] == 0.0
+    p = load_policy(tmp_path / "v2.pt")
+    assert p.env_spec == load_policy(CKPT).env_spec
+    # a file that is not a version-1 checkpoint: one line, exit 1, nothing written
+    assert conv.main([str(tmp_path / "v2.pt"), str(tmp_path / "again.pt")]) == 1
+    assert not (tmp_path / "again.pt").exists()
