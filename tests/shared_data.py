@@ -10,12 +10,17 @@ the command lines the tests start all read the same folder; the library itself o
 ``MIMIC2DM_SHARED`` and never looks at the fixtures.
 
 Data that may not ship (the AI4Animation dog clips, CC BY-NC; Penn Action, research use only)
-and shared files too big to ship stay in the shared data: the markers below skip the tests
-that need them, saying what is missing and how to get it.
+and shared files too big to ship stay in the shared data. The dog tests run on either dog
+data set: :data:`AI4ANIMATION_DOGS` says which one is in use, so that a test asserts the
+AI4Animation clips' own numbers on them and, on the DeepMimic dogs, what it measures from the
+clip itself. The tests of the full AIST++ sequences and of all DeepMimic clips run on the
+shipped cuts where those are absent; the markers below skip the few tests that need data that
+never ships, saying what is missing and how to get it.
 """
 
 from __future__ import annotations
 
+import filecmp
 import os
 from pathlib import Path
 
@@ -38,21 +43,26 @@ def _use_shipped_clips_where_the_shared_data_is_absent() -> bool:
 #: True where the tests run on the shipped clips (no shared data found).
 ON_SHIPPED_CLIPS = _use_shipped_clips_where_the_shared_data_is_absent()
 
-#: The dog clips as AI4Animation's motion capture, where a test's bounds or frame counts are
-#: those clips' own (the shipped ``dog_*.npz`` are DeepMimic's dog3d gaits).
-needs_ai4animation_dogs = pytest.mark.skipif(
-    ON_SHIPPED_CLIPS,
-    reason=f"needs the AI4Animation dog clips (CC BY-NC, not shipped): its bounds and frame "
-    f"counts are theirs, the shipped dog clips are DeepMimic's; {HINT}",
-)
 
-#: The 2D keypoint files of ``shared/data/video2d``, one marker per data set.
+def _dog_clips_are_ai4animations() -> bool:
+    """Whether ``mocap_dir()/dog_trot.npz`` is the AI4Animation trot: anything but the shipped
+    DeepMimic trot (the two share the ``dog_*.npz`` layout; a missing clip skips its tests)."""
+    shipped = SHIPPED_SHARED / "data" / "mocap" / "dog_trot.npz"
+    path = mocap_dir() / "dog_trot.npz"
+    return not (path.is_file() and filecmp.cmp(path, shipped, shallow=False))
+
+
+#: True where the dog clips are AI4Animation's motion capture (the shared data's), False on
+#: the shipped DeepMimic dog3d gaits: the dog tests assert the AI4Animation clips' own frame
+#: counts, facing and bounds on the first, and what they measure from the clip on the second.
+AI4ANIMATION_DOGS = _dog_clips_are_ai4animations()
+
+#: The 2D keypoint files of ``shared/data/video2d``: a marker for each data set that the
+#: tests cannot replace by a shipped cut.
 VIDEO2D = shared_dir() / "data" / "video2d"
-needs_aistpp_sequences = pytest.mark.skipif(
-    not (VIDEO2D / "aistpp").is_dir(),
-    reason=f"needs the full AIST++ sequences (9 views x 12 s, 4 MB; the shipped fixture is "
-    f"2 s of one view): {HINT}",
-)
+#: The full AIST++ sequences (9 views x 12 s, 4 MB; ``tests/fixtures/aistpp`` holds 2 s of one
+#: view, which the tests use where these are absent).
+AISTPP = VIDEO2D / "aistpp"
 needs_penn_action = pytest.mark.skipif(
     not (VIDEO2D / "penn_action").is_dir(),
     reason=f"needs the Penn Action clips (research use only, not shipped): {HINT}",
@@ -63,10 +73,8 @@ needs_badja_files = pytest.mark.skipif(
     f"frames of rs_dog): {HINT}",
 )
 
-#: The DeepMimic clips of ``shared/data/mocap/deepmimic`` (only the walk and two dog gaits
-#: ship, in ``tests/fixtures/deepmimic``).
-DEEPMIMIC = shared_dir() / "data" / "mocap" / "deepmimic"
-needs_deepmimic_clips = pytest.mark.skipif(
-    not DEEPMIMIC.is_dir(),
-    reason=f"needs all 16 DeepMimic humanoid clips (1 MB, not shipped): {HINT}",
-)
+#: The DeepMimic clips: ``shared/data/mocap/deepmimic`` (16 humanoid clips, dog gaits and
+#: characters) where it is there, else the few in ``tests/fixtures/deepmimic`` (same layout).
+_SHARED_DEEPMIMIC = shared_dir() / "data" / "mocap" / "deepmimic"
+ALL_DEEPMIMIC_CLIPS = _SHARED_DEEPMIMIC.is_dir()
+DEEPMIMIC = _SHARED_DEEPMIMIC if ALL_DEEPMIMIC_CLIPS else FIXTURES / "deepmimic"

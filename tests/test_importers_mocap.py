@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from importer_helpers import assert_refused, invoke
 from scipy.spatial.transform import Rotation
-from shared_data import DEEPMIMIC, needs_deepmimic_clips
+from shared_data import ALL_DEEPMIMIC_CLIPS, DEEPMIMIC
 
 from mimic2dm.characters import mocap
 from mimic2dm.motion.deepmimic import HUMANOID3D_TO_CMU
@@ -151,9 +151,12 @@ def test_deepmimic_bad_input(tmp_path: Path):
     assert_refused(res, out, str(wrong), "humanoid3d or dog3d")
 
 
-@needs_deepmimic_clips
 def test_deepmimic_shared_humanoid_and_dog_clips(tmp_path: Path):
-    for clip in sorted(DEEPMIMIC.glob("humanoid3d_*.txt")):
+    """Every DeepMimic humanoid clip imports: the 16 of the shared data, else the 4 shipped
+    (walk, run, sideflip and roll, the 60 fps one that is resampled)."""
+    clips = sorted(DEEPMIMIC.glob("humanoid3d_*.txt"))
+    assert len(clips) == (16 if ALL_DEEPMIMIC_CLIPS else 4), clips
+    for clip in clips:
         res = invoke("import-deepmimic", clip, "--out", tmp_path / f"{clip.stem}.npz")
         assert res.exit_code == 0, res.output
     assert "resampled" in invoke("import-deepmimic", DEEPMIMIC / "humanoid3d_roll.txt", "--out", tmp_path / "r.npz").output  # fmt: skip

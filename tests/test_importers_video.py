@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
 import scipy.io
 from importer_helpers import assert_refused, invoke
-from shared_data import VIDEO2D, needs_aistpp_sequences, needs_badja_files, needs_penn_action
+from shared_data import AISTPP, VIDEO2D, needs_badja_files, needs_penn_action
 
 from mimic2dm.motion.format import check_trackable, load_motion2d
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17
@@ -134,14 +135,25 @@ def test_aist_bad_input(tmp_path: Path):
     assert_refused(res, out, "c05", "c01")
 
 
-@needs_aistpp_sequences
 def test_aist_shared_sequence_all_views(tmp_path: Path):
+    """All views of a sequence file, and one random view of a sequence in a folder: the full
+    AIST++ sequences of the shared data (9 views x 12 s), else a folder of two copies of the
+    fixture (1 view x 2 s)."""
+    folder, views, frames = AISTPP, 9, 720
+    if not folder.is_dir():
+        folder = tmp_path / "aistpp"
+        folder.mkdir()
+        for seq in ("ch01", "ch03"):
+            shutil.copyfile(AIST_FIXTURE, folder / f"{seq}.pkl")
+        views, frames = _aist_data()["keypoints2d"].shape[:2]
     out = tmp_path / "ch01.npz"
-    res = invoke("import-aist", VIDEO2D / "aistpp" / "ch01.pkl", "--out", out)
+    res = invoke("import-aist", folder / "ch01.pkl", "--out", out)
     assert res.exit_code == 0 and "cameras none" in res.output, res.output
     m = load_motion2d(out)
-    assert m.num_views == 9 and m.num_frames == 720 and m.meta["views"][-1] == "c09"
-    res = invoke("import-aist", VIDEO2D / "aistpp", "--seq", "ch03", "--one-random-view", "--out", out)  # fmt: skip
+    assert (
+        m.num_views == views and m.num_frames == frames and m.meta["views"][-1] == f"c{views:02d}"
+    )
+    res = invoke("import-aist", folder, "--seq", "ch03", "--one-random-view", "--out", out)
     assert res.exit_code == 0 and load_motion2d(out).num_views == 1
 
 
