@@ -79,9 +79,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ),
 }
 
-# Violations added by work in progress at the time of the layering change, each
-# with the fix it needs; tolerated here so the rest is enforced, and reported as stale (so
-# it is removed) as soon as the import is gone.
+# Tolerated violations, each with the fix it needs, so the rest is enforced; reported as
+# stale (so it is removed) as soon as the import is gone. Empty today.
 PENDING: dict[tuple[str, str], str] = {}
 
 
