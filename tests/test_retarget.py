@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from shared_data import needs_ai4animation_dogs
+from shared_data import AI4ANIMATION_DOGS
 
 from mimic2dm.characters import load_character
 from mimic2dm.characters.mocap import (
@@ -50,6 +50,16 @@ DOG_CLIPS = ("dog_trot", "dog_pace")
 # shoulders slide on the trunk, its spine bends, its head turns and its legs are not
 # planar, none of which a rigid trunk with 3-DoF legs can follow exactly.
 DOG_BOUNDS = {"dog": (0.03, 0.07), "dog_spine": (0.015, 0.05)}  # (mean, max)
+# On the DeepMimic dog3d gaits (shipped in tests/fixtures/shared), whose proportions are further
+# from the robot dog's, bounds relative to the clip's nose-to-tail-root length (0.92 m): measured
+# mean 6.2 %, max 11.4 % of it for both characters and gaits; bounds with about 20 % margin.
+DOG_BOUNDS_PER_LENGTH = (0.075, 0.135)  # (mean, max)
+
+
+def _travel_direction(clip) -> torch.Tensor:
+    """The unit horizontal direction the clip's root (hips) moves, first frame to last."""
+    hips = clip.joint("Hips")
+    return torch.nn.functional.normalize(hips[-1, :2] - hips[0, :2], dim=0)
 
 
 def _clip_path(name: str) -> Path:
@@ -138,7 +148,6 @@ def test_torch_fk_matches_mujoco(name):
 
 
 # ----------------------------------------------------------------------------- dogs
-@needs_ai4animation_dogs
 @pytest.mark.parametrize("clip_name", DOG_CLIPS)
 def test_dog_keypoint_mapping(clip_name):
     clip = load_dog_clip(_clip_path(clip_name))
@@ -153,11 +162,13 @@ def test_dog_keypoint_mapping(clip_name):
     )
     assert torch.all(eye[:, 1, 0] > 0) and torch.all(eye[:, 1, 1] < 0)  # left eye on the left
     assert torch.all(eye[:, 2, :] > 0)  # eyes above the snout axis
-    # the mocap dog faces -x: nose ahead of the tail along -x
-    assert torch.all(kp[:, 2, 0] < kp[:, 4, 0])
+    # the dog faces where it goes: nose ahead of the tail along its root's travel
+    ahead = _travel_direction(clip)
+    assert torch.all((kp[:, 2, :2] - kp[:, 4, :2]) @ ahead > 0)
+    if AI4ANIMATION_DOGS:  # the AI4Animation dog faces -x: nose ahead of the tail along -x
+        assert torch.all(kp[:, 2, 0] < kp[:, 4, 0])
 
 
-@needs_ai4animation_dogs
 @pytest.mark.parametrize("name", ["dog", "dog_spine"])
 @pytest.mark.parametrize("clip_name", DOG_CLIPS)
 def test_dog_retarget_replays_keypoints(name, clip_name):
@@ -174,11 +185,21 @@ def test_dog_retarget_replays_keypoints(name, clip_name):
             f"{k} {v * 100:.1f}" for k, v in zip(spec.keypoint_names, err.max(0), strict=True)
         )
     )
-    mean_bound, max_bound = DOG_BOUNDS[name]
+    if AI4ANIMATION_DOGS:
+        mean_bound, max_bound = DOG_BOUNDS[name]
+    else:
+        kp = dog_keypoints(clip)
+        length = float((kp[:, 2] - kp[:, 4]).norm(dim=-1).mean())  # nose to tail root
+        mean_bound, max_bound = (b * length for b in DOG_BOUNDS_PER_LENGTH)
     assert err.mean() <= mean_bound and err.max() <= max_bound, (err.mean(), err.max())
     assert np.all(joint_limit_violation(spec, qpos) <= 1e-9)
     heading = heading_angle(wxyz_to_xyzw(qpos[:, 3:7]))
-    assert torch.all(heading.abs() > 0.75 * math.pi), "robot faces +x, mocap dog -x: root must turn"
+    if AI4ANIMATION_DOGS:
+        assert torch.all(heading.abs() > 0.75 * math.pi), "robot faces +x, mocap dog -x: root must turn"  # fmt: skip
+    # the robot's root faces where the mocap dog goes (within 45 degrees)
+    ahead = _travel_direction(clip).to(heading.dtype)
+    facing = torch.stack([heading.cos(), heading.sin()], dim=-1)
+    assert torch.all(facing @ ahead > math.cos(0.25 * math.pi)), heading
 
 
 @pytest.mark.parametrize("name", ["dog", "dog_spine"])

@@ -18,7 +18,7 @@ from mimic2dm.tasks.tracking2d.initial import (
     initial_states,
 )
 from mimic2dm.tasks.tracking2d.reference import ReferenceLibrary
-from shared_data import needs_ai4animation_dogs
+from shared_data import AI4ANIMATION_DOGS
 
 from mimic2dm.characters import load_character
 from mimic2dm.motion.format import load_motion2d, save_motion2d
@@ -34,6 +34,10 @@ pytestmark = pytest.mark.skipif(
 # mocap's skeleton (IK is exact up to its 1 mm stopping tolerance); the dog's model only
 # approximates the dog mocap's proportions
 TOL = {"humanoid": (0.002, 0.010), "dog": (0.030, 0.090)}  # (mean, max)
+# on the DeepMimic dog3d trot (shipped in tests/fixtures/shared), further from the robot dog's
+# proportions: relative to the clip's nose-to-tail-root length (0.92 m), measured mean 6.3 %,
+# max 11.4 % (as retargeting it, tests/test_retarget.py); bounds with about 20 % margin
+DEEPMIMIC_DOG_TOL_PER_LENGTH = (0.075, 0.135)  # (mean, max)
 
 
 def _clip(tmp: Path, mocap: str, step: int) -> Path:
@@ -59,9 +63,7 @@ def _library(path: Path) -> ReferenceLibrary:
     return ReferenceLibrary.from_files([path], m.fps)
 
 
-@pytest.mark.parametrize(
-    "character", ["humanoid", pytest.param("dog", marks=needs_ai4animation_dogs)]
-)
+@pytest.mark.parametrize("character", ["humanoid", "dog"])
 def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
     lib = _library(clips[character])
     F = lib.total_frames
@@ -71,6 +73,11 @@ def test_reference_pose_reproduces_the_clips_3d_keypoints(clips, character):
     engine.reset(torch.arange(F), st)
     err = (engine.get_keypoints() - lib.clips[0].keypoints3d).norm(dim=-1)  # MuJoCo's own keypoints
     mean_tol, max_tol = TOL[character]
+    if character == "dog" and not AI4ANIMATION_DOGS:
+        kp = lib.clips[0].keypoints3d
+        nose, tail = (lib.kset.index(n) for n in ("nose", "root_of_tail"))
+        length = float((kp[:, nose] - kp[:, tail]).norm(dim=-1).mean())
+        mean_tol, max_tol = (b * length for b in DEEPMIMIC_DOG_TOL_PER_LENGTH)
     assert float(err.mean()) < mean_tol and float(err.max()) < max_tol, (
         float(err.mean()),
         float(err.max()),
