@@ -203,7 +203,7 @@ def _build_agent(cfg: DictConfig, tc, vec_env, observer, run_dir: Path, spec, ep
     )
     params["mimic2dm"] = {
         "run_dir": str(run_dir), "checkpoint": dataclasses.asdict(tc.checkpoint), "max_seconds": tc.max_seconds,
-        "collect_threads": tc.collect_threads, "epoch_callback": epoch_callback, "meta": _meta(cfg, spec, params, info),
+        "collect_threads": tc.collect_threads, "overlap": tc.overlap, "epoch_callback": epoch_callback, "meta": _meta(cfg, spec, params, info),
     }  # fmt: skip
     params["config"]["env_info"], params["config"]["vec_env"] = info, vec_env
     runner = Runner(algo_observer=observer)

@@ -1,24 +1,30 @@
 """``mimic2dm bench train``: PPO training speed of the current defaults against a fixed
-baseline, with the envs in-process, in 1 and in 2 Ray actors, and where each epoch's
-time goes (an app beside :mod:`mimic2dm.train`).
+baseline and against the serial loop, with the envs in-process, in 1 and in 2 Ray actors,
+for the dog and the dribble task too, and where each epoch's time goes (an app beside
+:mod:`mimic2dm.train`).
 
-Four measurements run in one process, one after the other, each for ``seconds`` of
-training after its first (warm-up) epoch; Ray's start-up and the actors' start are not
-timed:
+The measurements run in one process, one after the other, each for ``seconds`` of training
+after its first (warm-up) epoch; Ray's start-up and the actors' start are not timed:
 
 - ``baseline``: in-process, with :data:`BASELINE` on top of the config (64 envs,
   minibatch 512, 4 mini-epochs, 1 torch thread, 60 Hz physics, 1 MuJoCo thread, one env
   group: no overlap of physics and the learner; float32 network);
-- ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults.
+- ``serial``: the defaults with :data:`SERIAL` on top: the rollout and the update take
+  turns and the physics runs at 60 Hz (the reference of the speed targets);
+- ``in-process``, ``ray, 1 actor``, ``ray, 2 actors``: the config's defaults;
+- with ``extra`` (default: the dog and the dribble task), ``<extra>, serial`` and
+  ``<extra>`` for each: the two in-process settings on that character / task
+  (:data:`EXTRAS`).
 
 Extra overrides (``-o``) and ``--num-envs`` apply to every mode, the baseline included,
-after the baseline's own; ``--set`` overrides apply to the three default modes only (a
-candidate setting measured against the fixed baseline in the same run). The settings each
-mode ran with are reported. Per mode: PPO
-samples/s (rollout + update, as rl-games counts them), wall samples/s (per second of
-epoch wall time, everything included) and the mean epoch split into physics, task,
-policy inference, PPO update and overhead (:func:`mimic2dm.rl.observer.time_breakdown`).
-Ratios are of wall samples/s, against the baseline and against ``in-process``.
+after the baseline's own; ``--set`` overrides apply to the default modes only (a
+candidate setting measured against the fixed baseline and the serial loop in the same run).
+The settings each mode ran with are reported. Per mode: PPO samples/s (rollout + update,
+as rl-games counts them), wall samples/s (per second of epoch wall time, everything
+included) and the mean epoch split into physics, task, policy inference, PPO update and
+overhead (:func:`mimic2dm.rl.observer.time_breakdown`). Ratios are of wall samples/s,
+against the baseline, against ``serial`` (an extra against its own serial mode) and
+against ``in-process``.
 """
 
 from __future__ import annotations
@@ -45,13 +51,25 @@ BASELINE = (
 )  # fmt: skip
 """The fixed baseline every run is compared with (overrides of the tracker config)."""
 
+SERIAL = ("train.overlap=false", "engine.physics_hz=60")
+"""The serial loop: the defaults with the rollout and the update taking turns and 60 Hz physics."""
+
 MODES = (
     ("baseline", "ray=none", 0, BASELINE),
+    ("serial", "ray=none", 0, SERIAL),
     ("in-process", "ray=none", 0, ()),
     ("ray, 1 actor", "ray=local", 1, ()),
     ("ray, 2 actors", "ray=local", 2, ()),
 )
 """``(name, ray group, actors, overrides)`` of every measurement, in run order."""
+
+EXTRAS = {
+    "dog": ("character=dog", "data=dog_trot"),
+    "dribble": ("task=dribble", "data=dribble_cmu_run"),
+}
+"""Other characters / tasks measured in-process beside the humanoid (``--extra``): overrides."""
+FIXED = ("baseline", "serial")
+"""Modes that ``--set`` (a candidate setting) leaves alone."""
 
 SETTINGS = {
     "num_envs": "train.num_envs", "horizon_length": "train.horizon_length",
@@ -59,7 +77,8 @@ SETTINGS = {
     "torch_threads": "train.torch_threads", "physics_hz": "engine.physics_hz",
     "control_hz": "engine.control_hz", "engine_threads": "engine.num_threads",
     "env_groups": "train.env_groups", "ray_pipeline": "ray.pipeline",
-    "precision": "train.network.precision",
+    "precision": "train.network.precision", "overlap": "train.overlap",
+    "character": "character.name", "task": "task.name",
 }  # fmt: skip
 """What the tables and the JSON report of each mode's config (name -> config key)."""
 
@@ -73,7 +92,8 @@ def summarize(history: list[dict]) -> dict:
     """Throughput and mean time breakdown of a run's per-epoch history (first epoch = warm-up).
 
     Returns:
-        ``{epochs, samples_per_s, env_steps_per_s, wall_samples_per_s, epoch_s,
+        ``{epochs, samples_per_s, env_steps_per_s, wall_samples_per_s, epoch_s, update_busy_s
+        (the update's own time per epoch when it ran beside the rollout, else 0),
         breakdown: {part: {s_per_epoch, share, us_per_sample}}}``.
     """
     timed = history[1:] or history
@@ -87,6 +107,7 @@ def summarize(history: list[dict]) -> dict:
         "env_steps_per_s": _harmonic([h.get("perf/env_steps_per_s", 0.0) for h in timed]),
         "wall_samples_per_s": frames / wall if wall > 0 else 0.0,
         "epoch_s": wall / n,
+        "update_busy_s": sum(h.get("perf/update_busy_s", 0.0) for h in timed) / n,
         "breakdown": {
             p: {"s_per_epoch": s / n, "share": s / wall if wall > 0 else 0.0,
                 "us_per_sample": 1e6 * s / frames if frames > 0 else 0.0}
@@ -114,57 +135,85 @@ def _measure(run_dir: Path, group: str, actors: int, seconds: float, overrides: 
     return {"settings": settings, **summarize(train(cfg)["history"])}
 
 
+def plan(extra: tuple[str, ...] = tuple(EXTRAS)) -> list[tuple[str, str, int, tuple[str, ...]]]:
+    """Every measurement ``(name, ray group, actors, overrides)`` in run order: :data:`MODES`,
+    then for each of ``extra`` (keys of :data:`EXTRAS`) its serial and default in-process modes."""
+    unknown = [e for e in extra if e not in EXTRAS]
+    if unknown:
+        raise ValueError(f"--extra {','.join(unknown)}: expected some of {', '.join(EXTRAS)}")
+    out = list(MODES)
+    for e in extra:
+        out += [(f"{e}, serial", "ray=none", 0, (*EXTRAS[e], *SERIAL)), (e, "ray=none", 0, EXTRAS[e])]
+    return out
+
+
+def reference_of(name: str) -> str:
+    """The serial mode a mode's speed-up is measured against (an extra's own, else ``serial``)."""
+    head = name.split(",")[0]
+    return f"{head}, serial" if head in EXTRAS else "serial"
+
+
 def bench_train(
     num_envs: int | None = None,
     seconds: float = 20.0,
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
     candidate: list[str] | None = None,
+    extra: tuple[str, ...] = tuple(EXTRAS),
 ) -> dict:
-    """Measure the baseline and the defaults (in-process, 1 and 2 Ray actors) in this process.
+    """Measure the baseline, the serial loop and the defaults (in-process, 1 and 2 Ray
+    actors; the serial and default in-process modes of each ``extra``) in this process.
 
     Args:
         num_envs: total envs in every mode (None: each mode's own, the baseline's 64).
         seconds: timed training per mode (after one warm-up epoch).
         overrides: extra tracker-config overrides for every mode (after the baseline's).
         out_dir: where the short runs go (default: a temporary dir).
-        candidate: overrides of the default modes only (after ``overrides``), not the baseline.
+        candidate: overrides of the default modes only (after ``overrides``), not
+            :data:`FIXED` ones nor the extras' serial modes.
+        extra: other characters / tasks to measure (keys of :data:`EXTRAS`).
 
     Returns:
-        ``{"seconds", "baseline_overrides", "modes": {name: {settings, ...}} (see
-        :func:`summarize`), "ratios": {"vs_baseline": {name: x}, "vs_in_process": {name: x},
-        "2_actors_vs_in_process": x, "per_sample_vs_baseline": {name: {part | "all": x}}}}``;
-        the first three are ratios of wall samples/s, the last of time per sample.
+        ``{"seconds", "baseline_overrides", "serial_overrides", "modes": {name: {settings,
+        ...}} (see :func:`summarize`), "ratios": {"vs_baseline": {name: x}, "vs_serial":
+        {name: x}, "vs_in_process": {name: x}, "2_actors_vs_in_process": x,
+        "in_process_vs_serial": x, "per_sample_vs_baseline": {name: {part | "all": x}}}}``;
+        all but the last are ratios of wall samples/s, the last of time per sample.
     """
     import ray
 
     from mimic2dm.rl.config import RayConfig
     from mimic2dm.rl.vecenv import init_ray
 
+    modes = plan(tuple(extra))
     root = Path(out_dir or tempfile.mkdtemp(prefix="m2d_bench_"))
-    extra = list(overrides or []) + ([f"train.num_envs={num_envs}"] if num_envs else [])
+    common = list(overrides or []) + ([f"train.num_envs={num_envs}"] if num_envs else [])
     results, owns = {}, False
     try:
-        for name, group, actors, fixed in MODES:
+        for name, group, actors, fixed in modes:
             if actors and not ray.is_initialized():
                 owns = init_ray(RayConfig(enabled=True), root)
             run_dir = root / name.replace(" ", "_").replace(",", "")
-            own = [] if name == "baseline" else list(candidate or [])
-            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *extra, *own])
+            own = [] if name in FIXED or name.endswith(", serial") else list(candidate or [])
+            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *common, *own])
     finally:
         if owns:
             ray.shutdown()
 
-    def ratios(ref: str) -> dict[str, float]:
-        den = results[ref]["wall_samples_per_s"] or float("nan")
-        return {k: v["wall_samples_per_s"] / den for k, v in results.items()}
+    def ratios(ref) -> dict[str, float]:
+        def den(name: str) -> float:
+            return results[ref(name)]["wall_samples_per_s"] or float("nan")
 
-    vs_in = ratios("in-process")
+        return {k: v["wall_samples_per_s"] / den(k) for k, v in results.items()}
+
+    vs_in = ratios(lambda _: "in-process")
+    vs_serial = ratios(reference_of)
     return {
-        "seconds": seconds, "baseline_overrides": list(BASELINE), "candidate_overrides": list(candidate or []),
-        "modes": results,
-        "ratios": {"vs_baseline": ratios("baseline"), "vs_in_process": vs_in,
-                   "2_actors_vs_in_process": vs_in["ray, 2 actors"],
+        "seconds": seconds, "baseline_overrides": list(BASELINE), "serial_overrides": list(SERIAL),
+        "candidate_overrides": list(candidate or []), "modes": results,
+        "ratios": {"vs_baseline": ratios(lambda _: "baseline"), "vs_serial": vs_serial,
+                   "vs_in_process": vs_in, "2_actors_vs_in_process": vs_in["ray, 2 actors"],
+                   "in_process_vs_serial": vs_serial["in-process"],
                    "per_sample_vs_baseline": _per_sample_ratios(results)},
     }  # fmt: skip
 
@@ -185,17 +234,17 @@ def _per_sample_ratios(results: dict) -> dict[str, dict[str, float]]:
 def _tables(result: dict) -> list[Table]:
     modes, ratios = result["modes"], result["ratios"]
     speed = Table(title=f"PPO training throughput, {result['seconds']:g} s per mode")
-    cols = ("mode", "envs", "minibatch\nx epochs", "physics\nHz", "PPO\nsamples/s",
-            "wall\nsamples/s", "epochs", "vs\nbaseline", "vs\nin-process")  # fmt: skip
+    cols = ("mode", "envs", "minibatch\nx epochs", "physics\nHz", "overlap", "PPO\nsamples/s",
+            "wall\nsamples/s", "epochs", "vs\nbaseline", "vs\nserial", "vs\nin-process")  # fmt: skip
     for col in cols:
         speed.add_column(col, justify="left" if col == "mode" else "right")
     for name, r in modes.items():
         s = r["settings"]
         speed.add_row(
             name, str(s["num_envs"]), f"{s['minibatch_size']} x {s['mini_epochs']}",
-            f"{s['physics_hz']:g}", f"{r['samples_per_s']:,.0f}", f"{r['wall_samples_per_s']:,.0f}",
-            str(r["epochs"]), f"{ratios['vs_baseline'][name]:.2f}x",
-            f"{ratios['vs_in_process'][name]:.2f}x",
+            f"{s['physics_hz']:g}", "yes" if s["overlap"] else "no", f"{r['samples_per_s']:,.0f}",
+            f"{r['wall_samples_per_s']:,.0f}", str(r["epochs"]), f"{ratios['vs_baseline'][name]:.2f}x",
+            f"{ratios['vs_serial'][name]:.2f}x", f"{ratios['vs_in_process'][name]:.2f}x",
         )  # fmt: skip
     split = Table(title="Mean epoch: seconds (share of the epoch)")
     per = Table(title="Milliseconds per 1,000 samples (vs baseline)")
@@ -229,16 +278,25 @@ def bench_train_command(
     candidate: list[str] = typer.Option(
         [], "--set", help="Override of the default modes only, not the baseline (repeatable)."
     ),
+    extra: str = typer.Option(
+        ",".join(EXTRAS), help="Other characters / tasks measured in-process, comma-separated ('' for none)."
+    ),
     json_out: JsonOption = None,
 ) -> None:
-    """PPO training speed: defaults vs a fixed baseline, in-process vs 1 and 2 Ray actors,
-    with each epoch's time split (same run, ratios)."""
+    """PPO training speed: defaults vs a fixed baseline and the serial loop, in-process vs 1
+    and 2 Ray actors, the dog and the dribble task beside, with each epoch's time split
+    (same run, ratios)."""
+    from mimic2dm.utils.cli import exit_on
+
+    extras = tuple(e for e in extra.split(",") if e)
+    with exit_on(ValueError):
+        plan(extras)
     with library_output_to_log("bench"):
-        result = bench_train(num_envs, seconds, override, candidate=candidate)
+        result = bench_train(num_envs, seconds, override, candidate=candidate, extra=extras)
     console = human_console(json_out)
     for table in _tables(result):
         console.print(table)
-    console.print(
-        f"ray, 2 actors vs in-process: {result['ratios']['2_actors_vs_in_process']:.2f}x (wall samples/s)"
-    )
+    r = result["ratios"]
+    console.print(f"in-process vs serial: {r['in_process_vs_serial']:.2f}x; "
+                  f"ray, 2 actors vs in-process: {r['2_actors_vs_in_process']:.2f}x (wall samples/s)")  # fmt: skip
     write_json_report(result, json_out)

@@ -84,31 +84,43 @@ def test_eval_command_on_a_tiny_trained_tracker(tmp_path):
 
 
 def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
+    from mimic2dm.rl.config import resolve_precision
     from mimic2dm.rl.observer import BREAKDOWN
     from mimic2dm.train import compose_config
     from mimic2dm.train_bench import bench_train
 
     overrides = [o for o in TINY if not o.startswith(("train.num_envs", "train.minibatch_size"))]
     overrides += ["data.clips.0.make.seconds=1.5"]
-    r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path,
+    r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path, extra=("dog",),
                     candidate=["train.horizon_length=4", "train.network.precision=bf16"])  # fmt: skip
-    names = ["baseline", "in-process", "ray, 1 actor", "ray, 2 actors"]
+    names = ["baseline", "serial", "in-process", "ray, 1 actor", "ray, 2 actors", "dog, serial", "dog"]
     assert list(r["modes"]) == names
-    assert set(r["ratios"]["vs_baseline"]) == set(r["ratios"]["vs_in_process"]) == set(names)
-    assert r["ratios"]["vs_baseline"]["baseline"] == 1.0
-    assert r["ratios"]["vs_in_process"]["in-process"] == 1.0
-    assert r["ratios"]["2_actors_vs_in_process"] == r["ratios"]["vs_in_process"]["ray, 2 actors"]
-    assert r["ratios"]["per_sample_vs_baseline"]["baseline"]["all"] == 1.0
-    # the baseline's fixed settings; the other modes run the config's own
-    base, default = r["modes"]["baseline"]["settings"], r["modes"]["in-process"]["settings"]
-    assert base["minibatch_size"] == 512 and base["physics_hz"] == 60
+    ratios = r["ratios"]
+    assert set(ratios["vs_baseline"]) == set(ratios["vs_in_process"]) == set(ratios["vs_serial"]) == set(names)
+    assert ratios["vs_baseline"]["baseline"] == 1.0
+    assert ratios["vs_in_process"]["in-process"] == 1.0
+    assert ratios["vs_serial"]["serial"] == ratios["vs_serial"]["dog, serial"] == 1.0
+    assert ratios["in_process_vs_serial"] == ratios["vs_serial"]["in-process"]
+    dog = r["modes"]["dog"]["wall_samples_per_s"] / r["modes"]["dog, serial"]["wall_samples_per_s"]
+    assert ratios["vs_serial"]["dog"] == pytest.approx(dog)  # each extra against its own serial loop
+    assert ratios["2_actors_vs_in_process"] == ratios["vs_in_process"]["ray, 2 actors"]
+    assert ratios["per_sample_vs_baseline"]["baseline"]["all"] == 1.0
+    # the fixed modes' settings; the other modes run the config's own
+    settings = {n: m["settings"] for n, m in r["modes"].items()}
+    base, serial, default = settings["baseline"], settings["serial"], settings["in-process"]
+    assert base["minibatch_size"] == 512 and base["physics_hz"] == 60 and not base["overlap"]
+    assert serial["physics_hz"] == 60 and not serial["overlap"] and not settings["dog, serial"]["overlap"]
+    assert serial["minibatch_size"] == default["minibatch_size"] == compose_config([]).train.minibatch_size
+    assert settings["dog"]["character"] == "dog" and default["character"] == "humanoid"
     # --set reaches the default modes only
-    assert base["horizon_length"] == 8 and base["env_groups"] == 1  # TINY's horizon
-    assert all(r["modes"][n]["settings"]["horizon_length"] == 4 for n in names[1:])
+    assert base["horizon_length"] == serial["horizon_length"] == 8 and base["env_groups"] == 1  # TINY's
+    defaults = ["in-process", "ray, 1 actor", "ray, 2 actors", "dog"]
+    assert all(settings[n]["horizon_length"] == 4 for n in defaults)
     assert base["precision"] == "fp32"
-    assert all(r["modes"][n]["settings"]["precision"] == "bf16" for n in names[1:])
-    assert default["minibatch_size"] == compose_config([]).train.minibatch_size
+    assert serial["precision"] == resolve_precision(str(compose_config([]).train.network.precision), "cpu")
+    assert all(settings[n]["precision"] == "bf16" for n in defaults)
     assert default["physics_hz"] == compose_config([]).engine.physics_hz
+    assert default["overlap"] == compose_config([]).train.overlap
     for name, m in r["modes"].items():
         assert m["samples_per_s"] > 0 and m["wall_samples_per_s"] > 0, name
         b = m["breakdown"]
@@ -116,8 +128,15 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
         assert all(v >= 0 for part in b.values() for v in part.values()), (name, b)
         total = sum(part["s_per_epoch"] for part in b.values())
         assert abs(total - m["epoch_s"]) <= 0.1 * m["epoch_s"], (name, total, m["epoch_s"])
-        # the engine's timer reaches the learner, from Ray actors too
-        assert b["physics"]["s_per_epoch"] > 0 and b["update"]["s_per_epoch"] > 0, (name, b)
+        # the engine's timer reaches the learner, from Ray actors too; an update beside the
+        # rollout reports its own time apart
+        update = m["update_busy_s"] if m["settings"]["overlap"] else b["update"]["s_per_epoch"]
+        assert b["physics"]["s_per_epoch"] > 0 and update > 0, (name, b)
+
+
+def test_bench_train_refuses_an_unknown_extra():
+    res = CliRunner().invoke(app, ["bench", "train", "--extra", "dog,cat"])
+    assert res.exit_code == 1 and "--extra cat" in res.output and "dog, dribble" in res.output
 
 
 def test_time_breakdown_parts_sum_to_the_epoch():
@@ -126,6 +145,9 @@ def test_time_breakdown_parts_sum_to_the_epoch():
     t = {"step_time": 2.0, "play_time": 3.0, "update_time": 1.5}
     parts = time_breakdown(t, physics=0.5, wall=5.0)
     assert parts == {"physics": 0.5, "task": 1.5, "inference": 1.0, "update": 1.5, "overhead": 0.5}
+    # the update beside the rollout (train.overlap): what it added to the rollout's time
+    over = time_breakdown({**t, "overlapped": 1.0, "total_time": 3.25}, physics=0.5, wall=3.5)
+    assert over == {"physics": 0.5, "task": 1.5, "inference": 1.0, "update": 0.25, "overhead": 0.25}
     # a physics time above the step's (clock noise across processes) is capped, never negative
     parts = time_breakdown(t, physics=2.5, wall=4.0)
     assert parts["physics"] == 2.0 and parts["task"] == 0.0 and parts["overhead"] == 0.0

@@ -125,15 +125,18 @@ def test_bench_train_json_to_stdout_in_a_real_process():
     cmd = [sys.executable, "-m", "mimic2dm.cli", "bench", "train", "--num-envs", "4", "--seconds", "0.5",
            "-o", "train.horizon_length=4", "-o", "train.minibatch_size=16", "-o", "train.mini_epochs=1",
            "-o", "train.network.encoder_units=[32]", "-o", "train.network.head_units=[32]",
-           "-o", "data.clips.0.make.seconds=1.0", "--json", "-"]  # fmt: skip
+           "-o", "data.clips.0.make.seconds=1.0", "--extra", "dribble", "--json", "-"]  # fmt: skip
     res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "WANDB_MODE": "offline"})  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(res.stdout)
-    assert set(result["modes"]) == {"baseline", "in-process", "ray, 1 actor", "ray, 2 actors"}
+    assert set(result["modes"]) == {"baseline", "serial", "in-process", "ray, 1 actor", "ray, 2 actors",
+                                    "dribble, serial", "dribble"}  # fmt: skip
+    assert result["modes"]["dribble"]["settings"]["task"] == "dribble"
     assert all(m["samples_per_s"] > 0 for m in result["modes"].values())
     assert all(set(m["breakdown"]) >= {"physics", "update"} for m in result["modes"].values())
     assert "PPO training throughput" in res.stderr and "2 actors vs in-process" in res.stderr
+    assert "in-process vs serial" in res.stderr
 
 
 # ----------------------------------------------------------------------------- extract start-up

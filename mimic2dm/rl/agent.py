@@ -20,16 +20,24 @@
   linear schedule counts epochs, which a time-limited run does not know in advance), so
   that the last checkpoint is a settled policy;
 - after :meth:`TrackerAgent.request_stop` (Ctrl-C, SIGTERM), stops when the epoch in progress is
-  complete, at the point where periodic checkpoints are written, with the final checkpoint.
+  complete, at the point where periodic checkpoints are written, with the final checkpoint;
+- with ``overlap`` (``train.overlap``), collects the next epoch's rollout on a background
+  thread while the PPO update of this one runs, with a copy of the policy taken before the
+  update: every batch is collected by the policy of one update before the one it trains
+  (PPO's ratio is taken against the stored log-probabilities of the policy that acted, as
+  asynchronous PPO implementations do). The collected batch waiting for the next epoch is
+  part of the checkpoint, so a resume continues exactly.
 
 rl-games' own checkpointing is switched off in the params (``save_frequency: 0``).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from rl_games.algos_torch.a2c_continuous import A2CAgent
@@ -65,6 +73,7 @@ class TrackerAgent(A2CAgent):
     - ``max_seconds``: training-time limit (0: none).
     - ``collect_threads``: torch threads during rollouts (0: unchanged); the update keeps
       the run's ``torch_threads``.
+    - ``overlap``: collect the next rollout while the update runs (module docstring).
     - ``meta``: stored in every checkpoint (resolved config, ``task_spec`` as plain data...).
     - ``epoch_callback``: ``fn(agent)`` called after every epoch (tests, tools).
     """
@@ -84,6 +93,13 @@ class TrackerAgent(A2CAgent):
         self.max_seconds = float(extra.get("max_seconds", 0.0))
         self.collect_threads = int(extra.get("collect_threads", 0))
         self.meta = extra.get("meta", {})
+        self.overlap = bool(extra.get("overlap", False))
+        if self.overlap and (self.has_central_value or self.is_rnn):
+            raise ValueError("train.overlap needs a feed-forward policy without a central value")
+        self._acting_model = None  # overlap: the copy of the policy that collects
+        self._collector: ThreadPoolExecutor | None = None
+        self._pending: dict | None = None  # overlap: the batch collected for the next epoch
+        self._next = None  # overlap: the future of the rollout in progress
         self.epoch_callback: Callable | None = extra.get("epoch_callback")
         self.stop_requested = False
         self.stop_signal = 0  # the signal that asked to stop (SIGINT, SIGTERM)
@@ -103,24 +119,59 @@ class TrackerAgent(A2CAgent):
         return self.train_seconds_before + now
 
     # ------------------------------------------------------------------ ASI hand-off
+    def _act(self, obs: torch.Tensor) -> dict:
+        """rl-games' action/value pass (``actions``, ``neglogpacs``, ``values``, ``mus``,
+        ``sigmas``) by the policy that collects: the model, or its copy with ``overlap``."""
+        model = self._acting_model if self._acting_model is not None else self.model
+        model.eval()
+        inputs = {"is_train": False, "prev_actions": None, "obs": self._preproc_obs(obs),
+                  "rnn_states": self.rnn_states}  # fmt: skip
+        with torch.no_grad():
+            return model(inputs)
+
     def get_action_values(self, obs: dict) -> dict:
         """rl-games' action/value pass, then the values ``[N]`` go to the envs for ASI."""
-        res = super().get_action_values(obs)
+        if self.has_central_value:
+            res = super().get_action_values(obs)
+        else:
+            res = self._act(obs["obs"])
         self.vec_env.observe_values(res["values"][:, 0])
         return res
 
+    def get_values(self, obs: dict) -> torch.Tensor:
+        """The critic's values of ``obs`` (the end of a rollout), by the policy that collects."""
+        if self.has_central_value:
+            return super().get_values(obs)
+        return self._act(obs["obs"])["values"]
+
     # ------------------------------------------------------------------ normalisers
     def prepare_dataset(self, batch_dict: dict) -> None:
-        """Update the network's observation normalisers with this epoch's rollout, then as rl-games."""
+        """Update the network's observation normalisers with this epoch's rollout, then as rl-games.
+        With ``overlap``, then start collecting the next rollout with a copy of the policy
+        as it is now, before the update (its normalisers include this rollout)."""
         net = self.model.a2c_network
         if hasattr(net, "update_normalizers"):
             net.update_normalizers(batch_dict["obses"])
         super().prepare_dataset(batch_dict)
+        if self.overlap:
+            self._sync_acting_model()
+            self._next = self._collector.submit(self._collect_in_background)
 
     # ------------------------------------------------------------------ epochs
     def play_steps(self):
         """rl-games' rollout, on ``collect_threads`` torch threads: its tensors are small
-        ([num_envs, ...]), so a second intra-op thread mostly contends with the engine's."""
+        ([num_envs, ...]), so a second intra-op thread mostly contends with the engine's.
+        With ``overlap``: the batch collected during the last epoch (the first epoch
+        collects its own)."""
+        if self.overlap:
+            if self._pending is None:
+                self._sync_acting_model()
+                self._pending = self._collect()
+            batch, self._pending = self._pending, None
+            return batch
+        return self._collect()
+
+    def _collect(self) -> dict:
         play = self._play_steps_pipelined if self._pipelined() else super().play_steps
         n = torch.get_num_threads()
         if not self.collect_threads or self.collect_threads == n:
@@ -151,7 +202,7 @@ class TrackerAgent(A2CAgent):
         def launch(n: int, g: int) -> dict:
             nonlocal step_time
             a, b = env.bounds[g]
-            res = super(TrackerAgent, self).get_action_values({"obs": obs[a:b]})
+            res = self._act(obs[a:b])
             buf["obses"][n, a:b] = obs[a:b]
             buf["dones"][n, a:b] = self.dones[a:b]
             for k in self.update_list:
@@ -208,19 +259,60 @@ class TrackerAgent(A2CAgent):
         batch["step_time"] = step_time
         return batch
 
+    def _sync_acting_model(self) -> None:
+        """The collecting copy of the policy := the model (weights, normalisers, value scale)."""
+        if self._acting_model is None:
+            self._acting_model = copy.deepcopy(self.model)
+            self._collector = ThreadPoolExecutor(1, thread_name_prefix="m2d-collect")
+        self._acting_model.load_state_dict(self.model.state_dict())
+
+    def _collect_in_background(self) -> tuple[dict, float]:
+        """The next rollout (on the collector thread, where grad mode is its own); its time."""
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            batch = self._collect()
+        return batch, time.perf_counter() - t0
+
     def train_epoch(self):
         start = time.perf_counter()
         if self._train_start is None:
             self._train_start = start
-        out = super().train_epoch()
+        if self.overlap:
+            out = self._train_epoch_overlapped()
+        else:
+            out = super().train_epoch()
         step_time, play_time, update_time, total_time = out[:4]
         self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
-                             "total_time": total_time, "frames": float(self.curr_frames), "start": start}  # fmt: skip
+                             "total_time": total_time, "frames": float(self.curr_frames), "start": start,
+                             "overlapped": float(self.overlap)}  # fmt: skip
         # training time across resumes, like max_epochs: a resumed run continues the budget
         self.budget_checked_at = self.train_seconds()  # what the time budget was checked against
         if self.max_seconds and self.budget_checked_at >= self.max_seconds:
             self.max_epochs = self.epoch_num  # rl-games ends the run after this epoch
         return out
+
+    def _train_epoch_overlapped(self) -> tuple:
+        """rl-games' epoch, whose :meth:`prepare_dataset` starts the next rollout in the
+        background; returns when both the update and that rollout are done, with the
+        rollout's times in place of the (instant) fetch of this epoch's batch. The torch
+        threads are ``collect_threads`` throughout: the update and the rollout share the
+        cores. The update draws no random numbers, so the rollout's draws keep their order."""
+        n = torch.get_num_threads()
+        threads = self.collect_threads or n
+        t0 = time.perf_counter()
+        torch.set_num_threads(threads)
+        try:
+            out = list(super().train_epoch())
+        finally:  # never leave the collector running, whatever the update did
+            running, self._next = self._next, None
+            try:
+                batch, play_time = running.result() if running is not None else ({}, 0.0)
+            finally:
+                torch.set_num_threads(n)
+        self._pending = batch
+        total = time.perf_counter() - t0
+        out[0], out[1], out[3] = batch["step_time"], play_time, total
+        return tuple(out)
 
     def request_stop(self, signum: int = 2) -> None:
         """End training once the epoch in progress is complete, with a final checkpoint
@@ -295,8 +387,14 @@ class TrackerAgent(A2CAgent):
         return {
             "dones": self.dones.clone(), "current_rewards": self.current_rewards.clone(),
             "current_shaped_rewards": self.current_shaped_rewards.clone(), "current_lengths": self.current_lengths.clone(),
-            "meters": meters,
+            "meters": meters, "pending_batch": self._pending_to_save(),
         }  # fmt: skip
+
+    def _pending_to_save(self) -> dict | None:
+        """The batch waiting for the next epoch (overlap), without its timing."""
+        if self._pending is None:
+            return None
+        return {k: v for k, v in self._pending.items() if k != "step_time"}
 
     def restore(self, fn: str, set_epoch: bool = True) -> None:
         """Load a checkpoint written by :meth:`checkpoint_state` (Runner calls this on resume)."""
@@ -327,4 +425,9 @@ class TrackerAgent(A2CAgent):
             for n, m in rt["meters"].items():
                 getattr(self, n).mean = m["mean"].clone()
                 getattr(self, n).current_size = m["size"]
+            # overlap: the batch collected for the next epoch (a run without overlap has
+            # none and collects its next batch itself; one with overlap resumed from a
+            # checkpoint without one collects it in its first epoch)
+            pending = rt.get("pending_batch") if self.overlap else None
+            self._pending = None if pending is None else {**pending, "step_time": 0.0}
         return obs

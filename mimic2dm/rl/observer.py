@@ -14,7 +14,9 @@ Per epoch, at step = env frames so far:
   ``perf/physics_s``, ``perf/task_s``, ``perf/inference_s``, ``perf/update_s``,
   ``perf/overhead_s`` (seconds; they sum to ``perf/epoch_s``); with env groups
   (``train.env_groups``) the physics runs in the background, ``perf/physics_s`` is the time
-  the rollout waited for it and ``perf/physics_busy_s`` the physics' own time;
+  the rollout waited for it and ``perf/physics_busy_s`` the physics' own time; with
+  ``train.overlap`` the update runs beside the next rollout, ``perf/update_s`` is what it
+  added to the epoch and ``perf/update_busy_s`` its own time;
 - ``ray/actor_restarts``; rl-games' own losses, KL and learning rate as ``rl/...``.
 
 Every ``video_every`` epochs (0: never) the current policy is also evaluated by the
@@ -81,7 +83,10 @@ def time_breakdown(timing: dict[str, float], physics: float, wall: float) -> dic
 
     Args:
         timing: rl-games' epoch times (``TrackerAgent.epoch_timing``): ``step_time`` (in
-            ``vec_env.step``), ``play_time`` (the rollout), ``update_time`` (the PPO update).
+            ``vec_env.step``), ``play_time`` (the rollout), ``update_time`` (the PPO update);
+            with ``overlapped`` (``train.overlap``: the update ran beside the rollout of the
+            next batch) also ``total_time`` (the epoch's training time), and the ``update``
+            part is what the update added to the rollout's time.
         physics: seconds in the engine's step during the rollout (``infos['physics_s']``).
         wall: the epoch's wall time, from the previous epoch's metrics to this one's.
 
@@ -94,6 +99,8 @@ def time_breakdown(timing: dict[str, float], physics: float, wall: float) -> dic
                           for k in ("step_time", "play_time", "update_time"))  # fmt: skip
     physics = min(max(float(physics), 0.0), step)
     inference = max(play - step, 0.0)
+    if timing.get("overlapped"):  # the update ran beside the rollout: count what it added
+        update = max(float(timing.get("total_time", 0.0)) - play, 0.0)
     return {"physics": physics, "task": step - physics, "inference": inference, "update": update,
             "overhead": max(wall - step - inference - update, 0.0)}  # fmt: skip
 
@@ -207,6 +214,8 @@ class TrackerObserver(AlgoObserver):
                     self.physics_busy_s
                 ):  # env groups: the physics' own time, overlapped with the rest
                     m["perf/physics_busy_s"] = self.physics_busy_s
+                if t.get("overlapped"):  # train.overlap: the update's own time, beside the rollout
+                    m["perf/update_busy_s"] = float(t.get("update_time", 0.0))
             stats = getattr(algo.vec_env, "stats", None)
             if stats is not None:
                 m.update(stats())

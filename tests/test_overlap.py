@@ -1,0 +1,107 @@
+"""``train.overlap``: the next rollout is collected while the PPO update runs, by a copy of
+the policy taken before the update, on the real stack (rl-games, MuJoCo, a Ray cluster)."""
+
+import pytest
+import torch
+from rl_helpers import ensure_ray, tiny_config, write_demo
+
+from mimic2dm.rl.agent import TrackerAgent
+from mimic2dm.rl.envstate import states_equal
+from mimic2dm.rl.vecenv import TaskVecEnv
+from mimic2dm.train import compose_config, train
+from mimic2dm.utils.checkpoint import load_checkpoint
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    return write_demo(tmp_path_factory.mktemp("clip") / "demo.npz")
+
+
+def _weights(model) -> dict[str, torch.Tensor]:
+    """The network's trained tensors (not the running normalisers)."""
+    return {k: v.clone() for k, v in model.state_dict().items() if k.endswith((".weight", ".bias"))}
+
+
+def test_each_batch_is_collected_by_the_policy_one_update_behind(tmp_path, clip):
+    seen = []
+
+    def after_epoch(agent: TrackerAgent):
+        seen.append((_weights(agent._acting_model), _weights(agent.model)))
+
+    s = train(tiny_config(tmp_path / "run", clip, "train.max_epochs=4", "train.overlap=true",
+                          "logger.tensorboard=false"), epoch_callback=after_epoch)  # fmt: skip
+    assert s["epochs"] == 4 and len(seen) == 4
+    for (acting, trained), (acting_next, _) in zip(seen, seen[1:], strict=False):
+        # the rollout of epoch k + 1 ran with the weights epoch k's update started from ...
+        assert not all(torch.equal(acting[k], trained[k]) for k in trained)
+        # ... and the next one with the weights that update produced
+        assert all(torch.equal(acting_next[k], trained[k]) for k in trained)
+    # the batch collected for the next epoch waits in the checkpoint
+    ck = load_checkpoint(s["last_checkpoint"])
+    pending = ck["runtime"]["pending_batch"]
+    assert pending["obses"].shape[0] == 8 * 8 and pending["played_frames"] == 64
+    assert ck["frame"] == 4 * 64  # frames count the batches trained on
+
+
+def test_overlap_runs_both_halves_on_collect_threads(tmp_path, clip, monkeypatch):
+    seen = {"step": set(), "update": set()}
+    step, update = TaskVecEnv.step, TrackerAgent.train_actor_critic
+
+    def spy_step(self, actions):
+        seen["step"].add(torch.get_num_threads())
+        return step(self, actions)
+
+    def spy_update(self, minibatch):
+        seen["update"].add(torch.get_num_threads())
+        return update(self, minibatch)
+
+    monkeypatch.setattr(TaskVecEnv, "step", spy_step)
+    monkeypatch.setattr(TrackerAgent, "train_actor_critic", spy_update)
+    before = torch.get_num_threads()
+    try:
+        train(tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "train.torch_threads=2",
+                          "train.collect_threads=1", "train.overlap=true", "logger.tensorboard=false"))  # fmt: skip
+    finally:
+        after = torch.get_num_threads()
+        torch.set_num_threads(before)
+    # and the run's own torch_threads come back after each epoch
+    assert seen == {"step": {1}, "update": {1}} and after == 2
+
+
+@pytest.mark.parametrize("ray_actors", [0, 2])
+def test_exact_resume_with_overlap(tmp_path, clip, ray_actors):
+    k = 2
+    extra = ["train.overlap=true", "logger.tensorboard=false"]
+    if ray_actors:
+        ensure_ray()
+        extra += ["ray=local", f"ray.num_actors={ray_actors}", "ray.actor_cpus=0.5"]
+    train(tiny_config(tmp_path / "straight", clip, f"train.max_epochs={2 * k}", *extra))
+    train(tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", *extra))
+    s = train(compose_config([f"resume={tmp_path / 'split'}"]), resume_overrides=[f"train.max_epochs={2 * k}"])
+    assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (a["epoch"], a["frame"]) == (b["epoch"], b["frame"]) == (2 * k, 2 * k * 8 * 8)
+    for name in a["model"]:
+        assert torch.equal(a["model"][name], b["model"][name]), name
+    assert states_equal(a["optimizer"]["state"], b["optimizer"]["state"])
+    assert states_equal(a["env_state"], b["env_state"])
+    assert states_equal(a["runtime"]["pending_batch"], b["runtime"]["pending_batch"])
+    assert states_equal(a["rng"]["torch"], b["rng"]["torch"])
+
+
+def test_a_failure_while_collecting_in_the_background_ends_the_run_with_it(tmp_path, clip, monkeypatch):
+    calls = {"n": 0}
+    step = TaskVecEnv.step
+
+    def failing_step(self, actions):
+        calls["n"] += 1
+        if calls["n"] == 20:  # in the second epoch's background rollout (8 steps per rollout)
+            raise RuntimeError("engine lost")
+        return step(self, actions)
+
+    monkeypatch.setattr(TaskVecEnv, "step", failing_step)
+    with pytest.raises(RuntimeError, match="engine lost"):
+        train(tiny_config(tmp_path / "run", clip, "train.max_epochs=5", "train.overlap=true",
+                          "logger.tensorboard=false"))  # fmt: skip
+    assert calls["n"] == 20
