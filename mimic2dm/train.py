@@ -506,11 +506,17 @@ def one_line_errors(new_dirs: Sequence[Path] = ()) -> Iterator[None]:
     <one line>`` on stderr and exit 1, the run dirs this invocation created removed
     (``HYDRA_FULL_ERROR=1``: the traceback instead)."""
     from mimic2dm.motion.format import MotionFormatError
+    from mimic2dm.rl.agent import TrainingDiverged
     from mimic2dm.utils.rundir import os_error_line
     from mimic2dm.utils.validate import ConfigError, full_errors
 
     try:
         yield
+    except TrainingDiverged as e:  # the run and its checkpoints stay
+        if full_errors():
+            raise
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     except (ConfigError, MotionFormatError, RunDirError, OSError) as e:
         _remove_new_dirs(sorted(new_dirs, key=lambda d: -len(d.parts)))  # job dirs before sweep
         if full_errors():

@@ -167,3 +167,21 @@ def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray
     assert killed and s["actor_restarts"] == 1 and s["epochs"] == 3
     assert [h["ray/actor_restarts"] for h in s["history"]] == [0.0, 1.0, 0.0]
     assert s["history"][-1]["perf/samples_per_s"] > 0
+
+
+def test_non_finite_losses_stop_the_run_keeping_the_last_checkpoint(tmp_path, clip, monkeypatch):
+    from mimic2dm.rl.agent import TrainingDiverged
+
+    update = TrackerAgent.train_actor_critic
+
+    def diverging(self, minibatch):
+        out = list(update(self, minibatch))
+        if self.epoch_num == 3:
+            out[0] = torch.tensor(float("nan"))
+        return tuple(out)
+
+    monkeypatch.setattr(TrackerAgent, "train_actor_critic", diverging)
+    with pytest.raises(TrainingDiverged, match=r"epoch 3: the PPO losses are not finite.*last\.pt \(epoch 2\)"):
+        train(tiny_config(tmp_path / "run", clip, "train.max_epochs=5", "logger.tensorboard=false"))
+    ck = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
+    assert ck["epoch"] == 2 and all(torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point())

@@ -61,6 +61,11 @@ class TimeLinearScheduler:
         return max(self.min_lr, self.start_lr * (1.0 - frac)), entropy_coef
 
 
+class TrainingDiverged(RuntimeError):
+    """The PPO update produced non-finite losses: the run stops before writing any checkpoint
+    of the diverged weights (the last one written keeps the weights before)."""
+
+
 class _Stopped(Exception):
     """Raised at an epoch boundary to leave rl-games' loop after :meth:`TrackerAgent.request_stop`."""
 
@@ -282,6 +287,7 @@ class TrackerAgent(A2CAgent):
         else:
             out = super().train_epoch()
         step_time, play_time, update_time, total_time = out[:4]
+        self._check_finite(out[4], out[5])
         self.epoch_timing = {"step_time": step_time, "play_time": play_time, "update_time": update_time,
                              "total_time": total_time, "frames": float(self.curr_frames), "start": start,
                              "overlapped": float(self.overlap)}  # fmt: skip
@@ -313,6 +319,18 @@ class TrackerAgent(A2CAgent):
         total = time.perf_counter() - t0
         out[0], out[1], out[3] = batch["step_time"], play_time, total
         return tuple(out)
+
+    def _check_finite(self, actor_losses: list, critic_losses: list) -> None:
+        """Raise :class:`TrainingDiverged` when this epoch's losses are not all finite."""
+        losses = [torch.as_tensor(x).detach().float().reshape(-1) for x in (*actor_losses, *critic_losses)]
+        if losses and not bool(torch.isfinite(torch.cat(losses)).all()):
+            where = "none yet" if self.ckpt is None or self.saved_epoch < 0 else (
+                f"{self.ckpt.last} (epoch {self.saved_epoch})")
+            raise TrainingDiverged(
+                f"epoch {self.epoch_num}: the PPO losses are not finite, so the update diverged "
+                f"(often from diverging physics: check engine.physics_hz and the character); "
+                f"nothing of it was saved, the last checkpoint is {where}"
+            )
 
     def request_stop(self, signum: int = 2) -> None:
         """End training once the epoch in progress is complete, with a final checkpoint
