@@ -105,3 +105,26 @@ def test_a_failure_while_collecting_in_the_background_ends_the_run_with_it(tmp_p
         train(tiny_config(tmp_path / "run", clip, "train.max_epochs=5", "train.overlap=true",
                           "logger.tensorboard=false"))  # fmt: skip
     assert calls["n"] == 20
+
+
+def test_the_update_clips_around_the_policy_it_starts_from(tmp_path, clip, monkeypatch):
+    """Decoupled PPO: the stored log-probabilities are the proximal policy's (the update's
+    starting point), so the first minibatch of every epoch starts at ratio 1, although the
+    batch was collected by the policy one update before."""
+    seen = []
+    grads = TrackerAgent.calc_gradients
+
+    def spy(self, input_dict):
+        if not seen or seen[-1][0] != self.epoch_num:
+            with torch.no_grad():
+                now = self.model({"is_train": True, "prev_actions": input_dict["actions"],
+                                  "obs": input_dict["obs"]})["prev_neglogp"]  # fmt: skip
+            seen.append((self.epoch_num, input_dict["old_logp_actions"].clone(), now))
+        return grads(self, input_dict)
+
+    monkeypatch.setattr(TrackerAgent, "calc_gradients", spy)
+    train(tiny_config(tmp_path / "run", clip, "train.max_epochs=3", "train.overlap=true",
+                      "logger.tensorboard=false"))  # fmt: skip
+    assert [e for e, _, _ in seen] == [1, 2, 3]
+    for _, stored, now in seen:
+        torch.testing.assert_close(stored, now, rtol=0, atol=1e-4)

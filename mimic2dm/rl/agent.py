@@ -23,10 +23,11 @@
   complete, at the point where periodic checkpoints are written, with the final checkpoint;
 - with ``overlap`` (``train.overlap``), collects the next epoch's rollout on a background
   thread while the PPO update of this one runs, with a copy of the policy taken before the
-  update: every batch is collected by the policy of one update before the one it trains
-  (PPO's ratio is taken against the stored log-probabilities of the policy that acted, as
-  asynchronous PPO implementations do). The collected batch waiting for the next epoch is
-  part of the checkpoint, so a resume continues exactly.
+  update: every batch is collected by the policy of one update before the one it trains.
+  The update corrects for it as decoupled PPO does (:meth:`TrackerAgent._decouple`): the
+  clip around the policy the update starts from, importance weights from the policy that
+  acted. The collected batch waiting for the next epoch is part of the checkpoint, so a
+  resume continues exactly.
 
 rl-games' own checkpointing is switched off in the params (``save_frequency: 0``).
 """
@@ -35,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +49,11 @@ from mimic2dm.rl.policy import CHECKPOINT_VERSION, check_checkpoint_version
 from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
+
+
+IS_TRUNCATION = 1.0
+"""Largest importance weight ``pi_prox / pi_behaviour`` of a sample collected one update
+behind (``train.overlap``), as V-trace truncates its ratios."""
 
 
 class TimeLinearScheduler:
@@ -157,10 +164,27 @@ class TrackerAgent(A2CAgent):
         net = self.model.a2c_network
         if hasattr(net, "update_normalizers"):
             net.update_normalizers(batch_dict["obses"])
+        weights = self._decouple(batch_dict) if self.overlap else None
         super().prepare_dataset(batch_dict)
-        if self.overlap:
+        if weights is not None:
+            self.dataset.values_dict["advantages"] *= weights
             self._sync_acting_model()
             self._next = self._collector.submit(self._collect_in_background)
+
+    def _decouple(self, batch: dict) -> torch.Tensor:
+        """Decoupled PPO for a batch collected one update behind (``overlap``): the policy
+        at the start of this update is the proximal policy. PPO's ratio and KL are taken
+        against it (the batch's ``neglogpacs``, ``mus`` and ``sigmas`` become its own), and
+        each sample's advantage is weighted by ``pi_prox(a) / pi_behaviour(a)``, truncated
+        at :data:`IS_TRUNCATION` (Hilton et al. 2022, "Batch size-invariance for policy
+        optimization"; V-trace's truncation). Returns the weights ``[B]``."""
+        with torch.no_grad():
+            prox = self.model({"is_train": True, "prev_actions": batch["actions"],
+                               "obs": self._preproc_obs(batch["obses"])})  # fmt: skip
+        log_w = batch["neglogpacs"] - prox["prev_neglogp"]  # log pi_prox - log pi_behaviour
+        batch["neglogpacs"], batch["mus"], batch["sigmas"] = (
+            prox["prev_neglogp"], prox["mus"], prox["sigmas"])  # fmt: skip
+        return torch.exp(log_w.clamp(max=math.log(IS_TRUNCATION)))
 
     # ------------------------------------------------------------------ epochs
     def play_steps(self):
