@@ -178,12 +178,18 @@ class TrackerAgent(A2CAgent):
         each sample's advantage is weighted by ``pi_prox(a) / pi_behaviour(a)``, truncated
         at :data:`IS_TRUNCATION` (Hilton et al. 2022, "Batch size-invariance for policy
         optimization"; V-trace's truncation). Returns the weights ``[B]``."""
+        net, obs, actions = self.model.a2c_network, self._preproc_obs(batch["obses"]), batch["actions"]
         with torch.no_grad():
-            prox = self.model({"is_train": True, "prev_actions": batch["actions"],
-                               "obs": self._preproc_obs(batch["obses"])})  # fmt: skip
-        log_w = batch["neglogpacs"] - prox["prev_neglogp"]  # log pi_prox - log pi_behaviour
-        batch["neglogpacs"], batch["mus"], batch["sigmas"] = (
-            prox["prev_neglogp"], prox["mus"], prox["sigmas"])  # fmt: skip
+            if hasattr(net, "action_mean") and not self.normalize_input:  # the actor's tower only
+                mu = net.action_mean(obs)
+                logstd = net.logstd.expand_as(mu)
+                sigma = torch.exp(logstd)
+                neglogp = self.model.neglogp(actions, mu, sigma, logstd).squeeze()
+            else:
+                prox = self.model({"is_train": True, "prev_actions": actions, "obs": obs})
+                neglogp, mu, sigma = prox["prev_neglogp"], prox["mus"], prox["sigmas"]
+        log_w = batch["neglogpacs"] - neglogp  # log pi_prox - log pi_behaviour
+        batch["neglogpacs"], batch["mus"], batch["sigmas"] = neglogp, mu, sigma
         return torch.exp(log_w.clamp(max=math.log(IS_TRUNCATION)))
 
     # ------------------------------------------------------------------ epochs

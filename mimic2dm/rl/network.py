@@ -160,6 +160,11 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
         value = self.value(c)
         return mu, self.logstd.expand_as(mu), value, None
 
+    def action_mean(self, obs: torch.Tensor) -> torch.Tensor:
+        """The actor's ``mu [B, A]`` of raw observations ``obs [B, prop + V * view]`` (the
+        :meth:`forward` value without the critic's tower)."""
+        return self.mu(self._features(self.actor, self.normalized_inputs(obs)))
+
     def get_value_layer(self):
         return self.value
 
