@@ -143,7 +143,10 @@ def plan(extra: tuple[str, ...] = tuple(EXTRAS)) -> list[tuple[str, str, int, tu
         raise ValueError(f"--extra {','.join(unknown)}: expected some of {', '.join(EXTRAS)}")
     out = list(MODES)
     for e in extra:
-        out += [(f"{e}, serial", "ray=none", 0, (*EXTRAS[e], *SERIAL)), (e, "ray=none", 0, EXTRAS[e])]
+        out += [
+            (f"{e}, serial", "ray=none", 0, (*EXTRAS[e], *SERIAL)),
+            (e, "ray=none", 0, EXTRAS[e]),
+        ]
     return out
 
 
@@ -279,7 +282,8 @@ def bench_train_command(
         [], "--set", help="Override of the default modes only, not the baseline (repeatable)."
     ),
     extra: str = typer.Option(
-        ",".join(EXTRAS), help="Other characters / tasks measured in-process, comma-separated ('' for none)."
+        ",".join(EXTRAS),
+        help="Other characters / tasks measured in-process, comma-separated ('' for none).",
     ),
     json_out: JsonOption = None,
 ) -> None:

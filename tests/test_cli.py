@@ -93,31 +93,58 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
     overrides += ["data.clips.0.make.seconds=1.5"]
     r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path, extra=("dog",),
                     candidate=["train.horizon_length=4", "train.network.precision=bf16"])  # fmt: skip
-    names = ["baseline", "serial", "in-process", "ray, 1 actor", "ray, 2 actors", "dog, serial", "dog"]
+    names = [
+        "baseline",
+        "serial",
+        "in-process",
+        "ray, 1 actor",
+        "ray, 2 actors",
+        "dog, serial",
+        "dog",
+    ]
     assert list(r["modes"]) == names
     ratios = r["ratios"]
-    assert set(ratios["vs_baseline"]) == set(ratios["vs_in_process"]) == set(ratios["vs_serial"]) == set(names)
+    assert (
+        set(ratios["vs_baseline"])
+        == set(ratios["vs_in_process"])
+        == set(ratios["vs_serial"])
+        == set(names)
+    )
     assert ratios["vs_baseline"]["baseline"] == 1.0
     assert ratios["vs_in_process"]["in-process"] == 1.0
     assert ratios["vs_serial"]["serial"] == ratios["vs_serial"]["dog, serial"] == 1.0
     assert ratios["in_process_vs_serial"] == ratios["vs_serial"]["in-process"]
     dog = r["modes"]["dog"]["wall_samples_per_s"] / r["modes"]["dog, serial"]["wall_samples_per_s"]
-    assert ratios["vs_serial"]["dog"] == pytest.approx(dog)  # each extra against its own serial loop
+    assert ratios["vs_serial"]["dog"] == pytest.approx(
+        dog
+    )  # each extra against its own serial loop
     assert ratios["2_actors_vs_in_process"] == ratios["vs_in_process"]["ray, 2 actors"]
     assert ratios["per_sample_vs_baseline"]["baseline"]["all"] == 1.0
     # the fixed modes' settings; the other modes run the config's own
     settings = {n: m["settings"] for n, m in r["modes"].items()}
     base, serial, default = settings["baseline"], settings["serial"], settings["in-process"]
     assert base["minibatch_size"] == 512 and base["physics_hz"] == 60 and not base["overlap"]
-    assert serial["physics_hz"] == 60 and not serial["overlap"] and not settings["dog, serial"]["overlap"]
-    assert serial["minibatch_size"] == default["minibatch_size"] == compose_config([]).train.minibatch_size
+    assert (
+        serial["physics_hz"] == 60
+        and not serial["overlap"]
+        and not settings["dog, serial"]["overlap"]
+    )
+    assert (
+        serial["minibatch_size"]
+        == default["minibatch_size"]
+        == compose_config([]).train.minibatch_size
+    )
     assert settings["dog"]["character"] == "dog" and default["character"] == "humanoid"
     # --set reaches the default modes only
-    assert base["horizon_length"] == serial["horizon_length"] == 8 and base["env_groups"] == 1  # TINY's
+    assert (
+        base["horizon_length"] == serial["horizon_length"] == 8 and base["env_groups"] == 1
+    )  # TINY's
     defaults = ["in-process", "ray, 1 actor", "ray, 2 actors", "dog"]
     assert all(settings[n]["horizon_length"] == 4 for n in defaults)
     assert base["precision"] == "fp32"
-    assert serial["precision"] == resolve_precision(str(compose_config([]).train.network.precision), "cpu")
+    assert serial["precision"] == resolve_precision(
+        str(compose_config([]).train.network.precision), "cpu"
+    )
     assert all(settings[n]["precision"] == "bf16" for n in defaults)
     assert default["physics_hz"] == compose_config([]).engine.physics_hz
     assert default["overlap"] == compose_config([]).train.overlap

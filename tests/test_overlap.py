@@ -43,31 +43,6 @@ def test_each_batch_is_collected_by_the_policy_one_update_behind(tmp_path, clip)
     assert ck["frame"] == 4 * 64  # frames count the batches trained on
 
 
-def test_overlap_runs_both_halves_on_collect_threads(tmp_path, clip, monkeypatch):
-    seen = {"step": set(), "update": set()}
-    step, update = TaskVecEnv.step, TrackerAgent.train_actor_critic
-
-    def spy_step(self, actions):
-        seen["step"].add(torch.get_num_threads())
-        return step(self, actions)
-
-    def spy_update(self, minibatch):
-        seen["update"].add(torch.get_num_threads())
-        return update(self, minibatch)
-
-    monkeypatch.setattr(TaskVecEnv, "step", spy_step)
-    monkeypatch.setattr(TrackerAgent, "train_actor_critic", spy_update)
-    before = torch.get_num_threads()
-    try:
-        train(tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "train.torch_threads=2",
-                          "train.collect_threads=1", "train.overlap=true", "logger.tensorboard=false"))  # fmt: skip
-    finally:
-        after = torch.get_num_threads()
-        torch.set_num_threads(before)
-    # and the run's own torch_threads come back after each epoch
-    assert seen == {"step": {1}, "update": {1}} and after == 2
-
-
 @pytest.mark.parametrize("ray_actors", [0, 2])
 def test_exact_resume_with_overlap(tmp_path, clip, ray_actors):
     k = 2
@@ -77,7 +52,10 @@ def test_exact_resume_with_overlap(tmp_path, clip, ray_actors):
         extra += ["ray=local", f"ray.num_actors={ray_actors}", "ray.actor_cpus=0.5"]
     train(tiny_config(tmp_path / "straight", clip, f"train.max_epochs={2 * k}", *extra))
     train(tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", *extra))
-    s = train(compose_config([f"resume={tmp_path / 'split'}"]), resume_overrides=[f"train.max_epochs={2 * k}"])
+    s = train(
+        compose_config([f"resume={tmp_path / 'split'}"]),
+        resume_overrides=[f"train.max_epochs={2 * k}"],
+    )
     assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
     a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
     b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
@@ -90,7 +68,9 @@ def test_exact_resume_with_overlap(tmp_path, clip, ray_actors):
     assert states_equal(a["rng"]["torch"], b["rng"]["torch"])
 
 
-def test_a_failure_while_collecting_in_the_background_ends_the_run_with_it(tmp_path, clip, monkeypatch):
+def test_a_failure_while_collecting_in_the_background_ends_the_run_with_it(
+    tmp_path, clip, monkeypatch
+):
     calls = {"n": 0}
     step = TaskVecEnv.step
 

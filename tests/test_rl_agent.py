@@ -74,11 +74,14 @@ def test_linear_schedule_decays_the_learning_rate_over_the_time_budget(tmp_path,
     assert spent[-2] < 6.0 <= spent[-1] <= ck2["train_seconds"]
 
 
+@pytest.mark.parametrize("overlap", [False, True])
 def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(
-    tmp_path, clip, monkeypatch
+    tmp_path, clip, monkeypatch, overlap
 ):
     """``train.collect_threads`` sets torch's threads for the rollout only (env steps see
-    1); the update, and everything after the rollout, run on ``train.torch_threads`` (2)."""
+    1); the update, and everything after the rollout, run on ``train.torch_threads`` (2).
+    With ``train.overlap`` the update runs beside the rollout on ``collect_threads`` too,
+    and the run's own threads come back after each epoch."""
     seen = {"step": set(), "update": set()}
     step, update = TaskVecEnv.step, TrackerAgent.train_actor_critic
 
@@ -95,10 +98,11 @@ def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(
     before = torch.get_num_threads()
     try:
         train(tiny_config(tmp_path / "run", clip, "train.max_epochs=2", "train.torch_threads=2",
-                          "train.collect_threads=1", "logger.tensorboard=false"))  # fmt: skip
+                          "train.collect_threads=1", f"train.overlap={overlap}", "logger.tensorboard=false"))  # fmt: skip
     finally:
+        after = torch.get_num_threads()
         torch.set_num_threads(before)
-    assert seen == {"step": {1}, "update": {2}}
+    assert seen == {"step": {1}, "update": {1 if overlap else 2}} and after == 2
 
 
 def test_exact_resume_gives_identical_weights(tmp_path, clip):
@@ -181,7 +185,11 @@ def test_non_finite_losses_stop_the_run_keeping_the_last_checkpoint(tmp_path, cl
         return tuple(out)
 
     monkeypatch.setattr(TrackerAgent, "train_actor_critic", diverging)
-    with pytest.raises(TrainingDiverged, match=r"epoch 3: the PPO losses are not finite.*last\.pt \(epoch 2\)"):
+    with pytest.raises(
+        TrainingDiverged, match=r"epoch 3: the PPO losses are not finite.*last\.pt \(epoch 2\)"
+    ):
         train(tiny_config(tmp_path / "run", clip, "train.max_epochs=5", "logger.tensorboard=false"))
     ck = load_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
-    assert ck["epoch"] == 2 and all(torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point())
+    assert ck["epoch"] == 2 and all(
+        torch.isfinite(v).all() for v in ck["model"].values() if v.is_floating_point()
+    )

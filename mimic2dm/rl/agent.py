@@ -178,7 +178,11 @@ class TrackerAgent(A2CAgent):
         each sample's advantage is weighted by ``pi_prox(a) / pi_behaviour(a)``, truncated
         at :data:`IS_TRUNCATION` (Hilton et al. 2022, "Batch size-invariance for policy
         optimization"; V-trace's truncation). Returns the weights ``[B]``."""
-        net, obs, actions = self.model.a2c_network, self._preproc_obs(batch["obses"]), batch["actions"]
+        net, obs, actions = (
+            self.model.a2c_network,
+            self._preproc_obs(batch["obses"]),
+            batch["actions"],
+        )
         with torch.no_grad():
             if hasattr(net, "action_mean") and not self.normalize_input:  # the actor's tower only
                 mu = net.action_mean(obs)
@@ -352,10 +356,15 @@ class TrackerAgent(A2CAgent):
 
     def _check_finite(self, actor_losses: list, critic_losses: list) -> None:
         """Raise :class:`TrainingDiverged` when this epoch's losses are not all finite."""
-        losses = [torch.as_tensor(x).detach().float().reshape(-1) for x in (*actor_losses, *critic_losses)]
+        losses = [
+            torch.as_tensor(x).detach().float().reshape(-1) for x in (*actor_losses, *critic_losses)
+        ]
         if losses and not bool(torch.isfinite(torch.cat(losses)).all()):
-            where = "none yet" if self.ckpt is None or self.saved_epoch < 0 else (
-                f"{self.ckpt.last} (epoch {self.saved_epoch})")
+            where = (
+                "none yet"
+                if self.ckpt is None or self.saved_epoch < 0
+                else (f"{self.ckpt.last} (epoch {self.saved_epoch})")
+            )
             raise TrainingDiverged(
                 f"epoch {self.epoch_num}: the PPO losses are not finite, so the update diverged "
                 f"(often from diverging physics: check engine.physics_hz and the character); "

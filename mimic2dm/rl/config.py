@@ -104,7 +104,9 @@ class TrainConfig:
     torch_threads: int = 2  # 0: rl-games' choice (min(4, cores))
     collect_threads: int = 1  # torch threads while collecting rollouts (0: torch_threads)
     env_groups: int = 1  # in-process env groups: one's physics overlaps the others' work
-    overlap: bool = False  # collect the next rollout while the update runs (policy one update behind)
+    overlap: bool = (
+        False  # collect the next rollout while the update runs (policy one update behind)
+    )
     device: str = "cpu"
     network: NetworkConfig = field(default_factory=NetworkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
