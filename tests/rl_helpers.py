@@ -67,3 +67,28 @@ def ensure_ray():
         ray.init(num_cpus=2, _temp_dir=ray_tmp(), include_dashboard=False, logging_level="warning")
         atexit.register(ray.shutdown)
     return ray
+
+
+def straight_and_resumed(
+    tmp_path: Path, clip: Path, k: int, *overrides: str
+) -> tuple[dict, dict, dict]:
+    """A tiny run of ``2k`` epochs and one of ``k`` resumed to ``2k``, with ``overrides``.
+
+    Returns:
+        ``(straight last.pt, resumed last.pt, the resumed run's summary)``; both runs' epoch
+        and frame counters are checked to be ``2k`` epochs of 64 samples.
+    """
+    from mimic2dm.train import compose_config, train
+    from mimic2dm.utils.checkpoint import load_checkpoint
+
+    train(tiny_config(tmp_path / "straight", clip, f"train.max_epochs={2 * k}", *overrides))
+    train(tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", *overrides))
+    s = train(
+        compose_config([f"resume={tmp_path / 'split'}"]),
+        resume_overrides=[f"train.max_epochs={2 * k}"],
+    )
+    assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
+    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert (a["epoch"], a["frame"]) == (b["epoch"], b["frame"]) == (2 * k, 2 * k * 8 * 8)
+    return a, b, s

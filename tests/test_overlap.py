@@ -3,12 +3,12 @@ the policy taken before the update, on the real stack (rl-games, MuJoCo, a Ray c
 
 import pytest
 import torch
-from rl_helpers import ensure_ray, tiny_config, write_demo
+from rl_helpers import ensure_ray, straight_and_resumed, tiny_config, write_demo
 
 from mimic2dm.rl.agent import TrackerAgent
 from mimic2dm.rl.envstate import states_equal
 from mimic2dm.rl.vecenv import TaskVecEnv
-from mimic2dm.train import compose_config, train
+from mimic2dm.train import train
 from mimic2dm.utils.checkpoint import load_checkpoint
 
 
@@ -50,16 +50,7 @@ def test_exact_resume_with_overlap(tmp_path, clip, ray_actors):
     if ray_actors:
         ensure_ray()
         extra += ["ray=local", f"ray.num_actors={ray_actors}", "ray.actor_cpus=0.5"]
-    train(tiny_config(tmp_path / "straight", clip, f"train.max_epochs={2 * k}", *extra))
-    train(tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", *extra))
-    s = train(
-        compose_config([f"resume={tmp_path / 'split'}"]),
-        resume_overrides=[f"train.max_epochs={2 * k}"],
-    )
-    assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
-    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
-    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
-    assert (a["epoch"], a["frame"]) == (b["epoch"], b["frame"]) == (2 * k, 2 * k * 8 * 8)
+    a, b, _ = straight_and_resumed(tmp_path, clip, k, *extra)
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
     assert states_equal(a["optimizer"]["state"], b["optimizer"]["state"])

@@ -3,7 +3,7 @@
 import pytest
 import ray
 import torch
-from rl_helpers import ensure_ray, tiny_config, write_demo
+from rl_helpers import ensure_ray, straight_and_resumed, tiny_config, write_demo
 
 from mimic2dm.rl.agent import TrackerAgent
 from mimic2dm.rl.envstate import states_equal
@@ -107,22 +107,7 @@ def test_rollouts_run_on_collect_threads_and_the_update_on_torch_threads(
 
 def test_exact_resume_gives_identical_weights(tmp_path, clip):
     k = 2
-    train(
-        tiny_config(
-            tmp_path / "straight", clip, f"train.max_epochs={2 * k}", "logger.tensorboard=false"
-        )
-    )
-    train(
-        tiny_config(tmp_path / "split", clip, f"train.max_epochs={k}", "logger.tensorboard=false")
-    )
-    s = train(
-        compose_config([f"resume={tmp_path / 'split'}"]),
-        resume_overrides=[f"train.max_epochs={2 * k}"],
-    )
-    assert s["resumed_from_epoch"] == k and s["epochs"] == 2 * k
-    a = load_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
-    b = load_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
-    assert (a["epoch"], a["frame"]) == (b["epoch"], b["frame"]) == (2 * k, 2 * k * 8 * 8)
+    a, b, _ = straight_and_resumed(tmp_path, clip, k, "logger.tensorboard=false")
     assert a["model"].keys() == b["model"].keys()
     for name in a["model"]:
         assert torch.equal(a["model"][name], b["model"][name]), name
