@@ -1,0 +1,1 @@
+"""RSMT: stylised real-time motion transitions (periodic autoencoder, motion manifold, sampler)."""
