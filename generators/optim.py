@@ -8,6 +8,7 @@ only steps, batch and evaluation cadence. Optimisers are a registry (``OPTIMIZER
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ DEFAULT_BETAS = (0.9, 0.999)
 
 OPTIMIZERS: Registry[Callable[..., torch.optim.Optimizer]] = Registry("optimizer")
 OPTIMIZERS.register("adamw", lambda: torch.optim.AdamW)
+OPTIMIZERS.register("amsgrad", lambda: functools.partial(torch.optim.AdamW, amsgrad=True))
 
 
 @dataclass
