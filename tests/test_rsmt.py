@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from mimic2dm.characters import humanoid
-from mimic2dm.characters.mocap import HumanMocap, human_fk
 from mimic2dm.generators.rsmt import data as rdata
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt.sampler import blend_phase, rotate_phase
+
+from mimic2dm.characters import humanoid
+from mimic2dm.characters.mocap import HumanMocap, human_fk
 from mimic2dm.utils.validate import ConfigError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -58,13 +58,17 @@ def test_frames_mirrors_and_canonical_frames_drive_the_skeleton():
     for y in (x, F.mirror(x), F.canonicalise(F.mirror(x), 7)):
         assert torch.allclose(fk_positions(y), F.positions(y), atol=1e-5)
     m = F.mirror(x)
-    assert torch.allclose(F.positions(m)[:, 3, 1], -F.positions(x)[:, 6, 1])  # right arm <- left arm, y flipped
+    assert torch.allclose(
+        F.positions(m)[:, 3, 1], -F.positions(x)[:, 6, 1]
+    )  # right arm <- left arm, y flipped
     assert torch.allclose(F.mirror(m), x, atol=1e-6)
     c = F.canonicalise(x, 7)
     assert torch.allclose(c[7, 0:2], torch.zeros(2), atol=1e-6)
     assert abs(float(F.heading(c[7]))) < 1e-5
     # distances are kept, velocities rotate with positions
-    assert torch.allclose(F.positions(c)[1:] - F.positions(c)[:-1], F.velocities(c)[1:] / 30.0, atol=1e-5)
+    assert torch.allclose(
+        F.positions(c)[1:] - F.positions(c)[:-1], F.velocities(c)[1:] / 30.0, atol=1e-5
+    )
 
 
 def test_untransform_inverts_transform():
@@ -81,7 +85,9 @@ def test_the_phase_update_turns_by_the_frequency_and_blends_halfway():
     for _ in range(30):  # 1 Hz for one second: a whole turn
         q = rotate_phase(q, torch.tensor([[1.0]]), torch.tensor([[2.0]]))
     assert torch.allclose(q, p, atol=1e-4)
-    quarter = rotate_phase(p, torch.tensor([[7.5]]), torch.tensor([[1.0]]))  # 7.5 Hz / 30 fps = 1/4 turn
+    quarter = rotate_phase(
+        p, torch.tensor([[7.5]]), torch.tensor([[1.0]])
+    )  # 7.5 Hz / 30 fps = 1/4 turn
     assert torch.allclose(quarter, torch.tensor([[1.0, 0.0]]), atol=1e-5)
     mid = blend_phase(torch.tensor([[0.0, 1.0]]), torch.tensor([[3.0, 0.0]]))
     assert torch.allclose(mid, 2.0 * torch.tensor([[math.sqrt(0.5), math.sqrt(0.5)]]), atol=1e-5)
@@ -93,7 +99,9 @@ def test_corpus_styles_held_out_clips_and_bad_configs(tmp_path):
     assert [c.name for c in held.clips] == ["cmu_walk.npz"] and held.clips[0].style == 2
     assert len(train.clips) == 2 * 5  # 5 training clips and their mirrors
     assert "cmu_walk.npz" not in {c.name for c in train.clips}
-    w = rdata.sample_windows(train, 6, 20, torch.Generator().manual_seed(0), styles=torch.tensor([3] * 6))
+    w = rdata.sample_windows(
+        train, 6, 20, torch.Generator().manual_seed(0), styles=torch.tensor([3] * 6)
+    )
     assert w.x.shape == (6, 20, F.D) and (w.style == 3).all()
     assert torch.allclose(w.x[:, 0, 0:2], torch.zeros(6, 2), atol=1e-5)
     with pytest.raises(ConfigError, match="held_out"):
@@ -129,7 +137,15 @@ def test_every_part_trains_resumes_exactly_and_the_sampler_makes_transitions(tmp
     runs = {p: tmp_path / p for p in TINY}
     up = {"phase": [], "manifold": [f"phase={runs['phase']}"], "sampler": [f"manifold={runs['manifold']}"], "classifier": []}  # fmt: skip
     for part in ("phase", "manifold", "sampler", "classifier"):
-        r = _train(f"part={part}", f"run_dir={runs[part]}", *data, *steps, *TINY[part], *up[part], config_dir=conf)
+        r = _train(
+            f"part={part}",
+            f"run_dir={runs[part]}",
+            *data,
+            *steps,
+            *TINY[part],
+            *up[part],
+            config_dir=conf,
+        )
         assert r.returncode == 0, r.stderr[-2000:]
         assert (runs[part] / "checkpoints" / "last.pt").is_file()
     # exact resume of the sampler

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from mimic2dm.generators.rsmt import features as F
+
 from mimic2dm.utils.validate import ConfigError
 
 
@@ -204,7 +204,9 @@ def clip_weights(corpus: Corpus, length: int) -> np.ndarray:
     return np.array([max(c.frames - length + 1, 0) for c in corpus.clips], dtype=np.float64)
 
 
-def window_at(corpus: Corpus, clip: int, start: int, length: int) -> tuple[torch.Tensor, dict | None]:
+def window_at(
+    corpus: Corpus, clip: int, start: int, length: int
+) -> tuple[torch.Tensor, dict | None]:
     """Canonical window ``[length, 180]`` (and its phase slices) of one clip."""
     c = corpus.clips[clip]
     x = F.canonicalise(c.x[start : start + length])

@@ -32,7 +32,6 @@ from typing import Annotated
 
 import torch
 import typer
-
 from mimic2dm.generators.rsmt import data as rdata
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt import metrics as M
@@ -157,14 +156,25 @@ def evaluate(model: RSMT, train: rdata.Corpus, held: rdata.Corpus, cases: int = 
 
 
 def bench_rsmt_cmd(
-    model: Annotated[Path, typer.Option("--model", help="RSMT sampler run directory or checkpoint.")],
-    classifier: Annotated[Path | None, typer.Option(help="Style classifier run (mimic2dm-train-rsmt part=classifier).")] = None,
-    data: Annotated[str, typer.Option(help="Corpus config (conf/rsmt_data/NAME.yaml) or a YAML file.")] = "deepmimic_styles",
+    model: Annotated[
+        Path, typer.Option("--model", help="RSMT sampler run directory or checkpoint.")
+    ],
+    classifier: Annotated[
+        Path | None,
+        typer.Option(help="Style classifier run (mimic2dm-train-rsmt part=classifier)."),
+    ] = None,
+    data: Annotated[
+        str, typer.Option(help="Corpus config (conf/rsmt_data/NAME.yaml) or a YAML file.")
+    ] = "deepmimic_styles",
     cases: Annotated[int, typer.Option(min=1, help="Transitions per length.")] = 100,
-    seconds: Annotated[str, typer.Option(help="Transition lengths in seconds, comma-separated.")] = "1,2",
+    seconds: Annotated[
+        str, typer.Option(help="Transition lengths in seconds, comma-separated.")
+    ] = "1,2",
     seed: Annotated[int, typer.Option(min=0)] = 0,
     samples: Annotated[int, typer.Option(min=1, help="Samples per case for the diversity.")] = 10,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write the report (- for stdout).")] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write the report (- for stdout).")
+    ] = None,
 ) -> None:
     """RSMT on held-out transitions (last-frame error, L2, NPSS, foot skating, style, diversity)
     against linear interpolation, on the corpus's held-out clips."""
@@ -176,7 +186,9 @@ def bench_rsmt_cmd(
         if any(v <= 0 for v in secs):
             raise ValueError
     except ValueError:
-        raise typer.BadParameter(f"--seconds {seconds!r}: expected positive numbers like 1,2") from None
+        raise typer.BadParameter(
+            f"--seconds {seconds!r}: expected positive numbers like 1,2"
+        ) from None
     rsmt = load_rsmt(model)
     cls = load_classifier(classifier)
     if cls is not None and cls[1] != rsmt.styles:
@@ -200,10 +212,9 @@ def bench_rsmt_cmd(
 
 def corpus_config(name: str) -> rdata.CorpusConfig:
     """The corpus of ``conf/rsmt_data/NAME.yaml`` or of a YAML file."""
-    from omegaconf import OmegaConf
-
     from mimic2dm.generators.config import parse
     from mimic2dm.generators.runs import CONF_DIR
+    from omegaconf import OmegaConf
 
     p = Path(name)
     if not p.suffix:

@@ -127,7 +127,11 @@ def mirror(x: torch.Tensor) -> torch.Tensor:
     """Frames ``[..., 180]`` reflected in the world's xz plane, left and right swapped."""
     perm = list(MIRROR_PERM)
     s = torch.tensor([1.0, -1.0, 1.0], dtype=x.dtype, device=x.device)
-    pos, vel, r = positions(x)[..., perm, :], velocities(x)[..., perm, :], rotations6d(x)[..., perm, :]
+    pos, vel, r = (
+        positions(x)[..., perm, :],
+        velocities(x)[..., perm, :],
+        rotations6d(x)[..., perm, :],
+    )
     rot = torch.cat([r[..., :3] * s, -r[..., 3:] * s], -1)
     return pack(pos * s, vel * s, rot)
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt import phase as rphase
 from mimic2dm.generators.rsmt.data import Stats
@@ -69,6 +68,7 @@ def load_rsmt(path: str | Path) -> RSMT:
         FileNotFoundError: no checkpoint; ValueError: a checkpoint of another kind (one line).
     """
     from mimic2dm.generators import runs
+
     from mimic2dm.utils.checkpoint import load_checkpoint
 
     p = runs.resolve_checkpoint(path)
@@ -94,4 +94,6 @@ def random_rsmt(seed: int = 0, styles: tuple[str, ...] = ("walk",)) -> RSMT:
     stats = Stats(z, o, z.clone(), o.clone(), torch.zeros(F.HIP), torch.ones(F.HIP))
     manifold = MotionManifold(ManifoldConfig(phase_dim=2 * pc.channels), stats)
     sampler = MotionSampler(SamplerConfig(phase_channels=pc.channels), manifold)
-    return RSMT(sampler.eval(), rphase.PeriodicAutoencoder(pc).eval(), list(styles), "random weights")
+    return RSMT(
+        sampler.eval(), rphase.PeriodicAutoencoder(pc).eval(), list(styles), "random weights"
+    )

@@ -17,10 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt.data import Stats
+from torch import nn
+
 from mimic2dm.utils.validate import check
 
 

@@ -16,9 +16,9 @@ import math
 from dataclasses import dataclass
 
 import torch
+from mimic2dm.generators.rsmt import features as F
 from torch import nn
 
-from mimic2dm.generators.rsmt import features as F
 from mimic2dm.utils.validate import check
 
 

@@ -28,10 +28,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
-from torch import nn
-
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt.manifold import MotionManifold, foot_loss
+from torch import nn
+
 from mimic2dm.utils.validate import ConfigError, check
 
 
@@ -69,7 +69,9 @@ class SamplerConfig:
         if self.max_frames < self.min_frames:
             raise ConfigError("model.max_frames", self.max_frames, f">= model.min_frames ({self.min_frames})")  # fmt: skip
         if not 0 <= self.t_zero < self.t_period:
-            raise ConfigError("model.t_period", self.t_period, f"> model.t_zero ({self.t_zero}) >= 0")
+            raise ConfigError(
+                "model.t_period", self.t_period, f"> model.t_zero ({self.t_zero}) >= 0"
+            )
 
 
 def _mlp(inp: int, hidden: int, out: int) -> nn.Sequential:

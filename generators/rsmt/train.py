@@ -57,7 +57,11 @@ def model_class(part: str):
     return StyleClassifierConfig
 
 
-DERIVED = {"manifold": ("phase_dim",), "sampler": ("phase_channels",), "classifier": ("num_styles",)}
+DERIVED = {
+    "manifold": ("phase_dim",),
+    "sampler": ("phase_channels",),
+    "classifier": ("num_styles",),
+}
 """Model fields the app sets from the upstream parts or the data."""
 
 
@@ -75,7 +79,11 @@ def validate(cfg: DictConfig) -> tuple[TrainConfig, OptimConfig]:
         raise ConfigError(need, cfg.get(need), f"the {need} run directory (part={part} needs {need}=RUN_DIR)")  # fmt: skip
     if need and cfg.get(need):
         runs.resolve_checkpoint(cfg.get(need))
-    node = {k: v for k, v in OmegaConf.to_container(cfg.train, resolve=True).items() if k not in TRAIN_EXTRA}
+    node = {
+        k: v
+        for k, v in OmegaConf.to_container(cfg.train, resolve=True).items()
+        if k not in TRAIN_EXTRA
+    }
     tr = parse(TrainConfig, node, "train")
     return tr, parse(OptimConfig, cfg.optim, "optim")
 
@@ -289,7 +297,12 @@ class ClassifierJob:
         return out
 
 
-JOBS = {"phase": PhaseJob, "manifold": ManifoldJob, "sampler": SamplerJob, "classifier": ClassifierJob}
+JOBS = {
+    "phase": PhaseJob,
+    "manifold": ManifoldJob,
+    "sampler": SamplerJob,
+    "classifier": ClassifierJob,
+}
 
 
 class ValidateCallback(hydra.experimental.callback.Callback):
