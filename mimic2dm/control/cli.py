@@ -19,7 +19,10 @@ from mimic2dm.utils.reporting import (
 
 _TRACKER = typer.Option(None, "--tracker", help="Tracker checkpoint (.pt) or run directory.")
 _GENERATOR = typer.Option(
-    None, "--generator", help="Generator checkpoint (.pt) or run directory (gpt or diffusion)."
+    None,
+    "--generator",
+    help="Generator checkpoint (.pt) or run directory (gpt, diffusion or an RSMT sampler: "
+    "--skill/--switch name its styles).",
 )
 _RANDOM = typer.Option(
     False, "--random-weights", help="Untrained tracker and generator (smoke run)."
@@ -31,7 +34,10 @@ _CHARACTER = typer.Option(
     "with --tracker it is the tracker's.",
 )
 _RANDOM_MODEL = typer.Option(
-    "gpt", "--random-model", help="With --random-weights and no --generator: conf/model/NAME.yaml."
+    "gpt",
+    "--random-model",
+    help="With --random-weights and no --generator: conf/model/NAME.yaml, or rsmt (an untrained "
+    "RSMT sampler).",
 )
 LOAD_ERRORS = (ValueError, FileNotFoundError, KeyError)
 """What loading models, clips and reports raises: one line, exit 1."""

@@ -12,7 +12,10 @@ command needs a ``--generator-type``:
   frames of the previous one (replacement inpainting, as ``sample_long``);
 - ``replay``: no model, the canonical motion of a real 2D clip played back in a loop
   (:func:`replay_generator`, ``mimic2dm control --reference CLIP``): the same loop with real
-  motion in place of generated motion, the reference row of Table 3.
+  motion in place of generated motion, the reference row of Table 3;
+- ``rsmt``: an RSMT sampler checkpoint (``kind`` ``mimic2dm.rsmt_sampler``): 3D stylised
+  transitions projected into the follow cameras' view, the label being the style
+  (:mod:`mimic2dm.control.rsmt_stream`).
 """
 
 from __future__ import annotations
@@ -170,6 +173,13 @@ STREAMS: Registry[type[ChunkStream]] = Registry("generator stream")
 STREAMS.register("gpt", lambda: GPTChunks)
 STREAMS.register("diffusion", lambda: DiffusionChunks)
 STREAMS.register("replay", lambda: ReplayChunks)
+STREAMS.register("rsmt", lambda: _rsmt_stream().RSMTChunks)
+
+
+def _rsmt_stream():
+    from mimic2dm.control import rsmt_stream
+
+    return rsmt_stream
 
 
 def open_stream(gen: LoadedGenerator, label: int, seed: int, temperature: float = 1.0,
@@ -186,7 +196,7 @@ def open_stream(gen: LoadedGenerator, label: int, seed: int, temperature: float 
 def _model_settings(model: str) -> tuple[str, dict]:
     path = CONF_DIR / "model" / f"{model}.yaml"
     if not path.is_file():
-        names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
+        names = sorted([p.stem for p in (CONF_DIR / "model").glob("*.yaml")] + ["rsmt"])
         raise ValueError(f"--random-model {model!r}: expected one of {', '.join(names)}")
     kw = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
     kw.pop("name", None)
@@ -199,9 +209,15 @@ def random_generator(model: str, keypoint_set: str, mean_pose: np.ndarray, fps: 
 
     Its normalisation centres the local pose on ``mean_pose [K, 2]`` (canonical units,
     e.g. the character's default pose seen from the side) with small spreads, so that
-    untrained output stays a plausible body for a smoke run.
+    untrained output stays a plausible body for a smoke run. ``model="rsmt"``: an untrained
+    RSMT sampler (the humanoid's ``coco17`` only; ``labels``: its styles).
     """
     from mimic2dm.generators.vqvae import VQVAE, VQVAEConfig
+
+    if model == "rsmt":
+        if keypoint_set != "coco17":
+            raise ValueError(f"--random-model rsmt: RSMT drives the humanoid (coco17), not {keypoint_set!r}")  # fmt: skip
+        return _rsmt_stream().random_rsmt_generator(seed, labels)
 
     mtype, settings = _model_settings(model)
     labels = list(labels if labels is not None else DEFAULT_LABELS.get(keypoint_set, []))
@@ -233,6 +249,8 @@ def random_generator(model: str, keypoint_set: str, mean_pose: np.ndarray, fps: 
 
 def reinitialised(gen: LoadedGenerator, seed: int = 0) -> LoadedGenerator:
     """``gen``'s architecture (and statistics) with fresh weights: an untrained baseline."""
+    if gen.model_type == "rsmt":
+        return _rsmt_stream().reinitialised_rsmt(gen, seed)
     torch.manual_seed(seed)
     net = generator_type(gen.model_type).build(dict(vars(gen.model.config))).eval()
     tok = None
@@ -245,5 +263,12 @@ def reinitialised(gen: LoadedGenerator, seed: int = 0) -> LoadedGenerator:
 
 
 def load_any_generator(path: str | Path) -> LoadedGenerator:
-    """:func:`~mimic2dm.generators.sample.load_generator` (a ``.pt`` or a run directory)."""
-    return load_generator(path)
+    """:func:`~mimic2dm.generators.sample.load_generator` (a ``.pt`` or a run directory), or
+    an RSMT sampler's generator when the checkpoint's ``kind`` is ``mimic2dm.rsmt_sampler``."""
+    try:
+        return load_generator(path)
+    except ValueError:
+        rs = _rsmt_stream()
+        if not rs.is_rsmt_checkpoint(path):
+            raise
+    return rs.load_rsmt_generator(path)
