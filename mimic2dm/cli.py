@@ -10,6 +10,7 @@ import typer
 from mimic2dm.control.cli import bench_control_cmd, control_cmd, control_table_cmd, rollouts_cmd
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
+from mimic2dm.generators.rsmt.cli import transition_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.imitate import imitate_cmd
 from mimic2dm.jobs import jobs_app, submit_cmd
@@ -48,6 +49,7 @@ bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("train")(bench_train_command)
 bench_app.command("learn")(bench_learn_command)
 app.command("sample")(sample_cmd)
+app.command("transition")(transition_cmd)
 app.command("control")(control_cmd)
 app.command("imitate")(imitate_cmd)
 app.command("control-table")(control_table_cmd)
