@@ -11,6 +11,7 @@ from mimic2dm.control.cli import bench_control_cmd, control_cmd, control_table_c
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.rsmt.cli import transition_cmd
+from mimic2dm.generators.rsmt.evaluate import bench_rsmt_cmd
 from mimic2dm.generators.sample import sample_cmd
 from mimic2dm.imitate import imitate_cmd
 from mimic2dm.jobs import jobs_app, submit_cmd
@@ -46,6 +47,7 @@ app.add_typer(
 app.command("extract")(extract)
 bench_app.command("pose")(bench_pose)
 bench_app.command("generate")(bench_generate_cmd)
+bench_app.command("rsmt")(bench_rsmt_cmd)
 bench_app.command("train")(bench_train_command)
 bench_app.command("learn")(bench_learn_command)
 app.command("sample")(sample_cmd)

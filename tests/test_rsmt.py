@@ -167,6 +167,26 @@ def test_every_part_trains_resumes_exactly_and_the_sampler_makes_transitions(tmp
     x = rdata.read_motion(WALK)
     out = model.transition(x[None, 0], model.phase_at(x, 0)[None], x[None, 20], 20, x[None, :24])
     assert out.shape == (1, 20, F.D) and out.isfinite().all()
+    # the held-out evaluation against linear interpolation
+    import json
+
+    from typer.testing import CliRunner
+
+    from mimic2dm.cli import app
+
+    args = ["bench", "rsmt", "--model", str(runs["sampler"]), "--classifier", str(runs["classifier"]),
+            "--data", str(conf / "rsmt_data" / "corpus.yaml"), "--cases", "4", "--seconds", "0.5,1",
+            "--samples", "2", "--json", "-"]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rep = json.loads(res.stdout)
+    assert set(rep["lengths"]) == {"0.5s", "1s"} and rep["held_out"] == ["cmu_walk.npz"]
+    one = rep["lengths"]["1s"]
+    assert (
+        one["frames"] == 30 and one["linear"]["last_frame_error_m"] < 1e-5
+    )  # the baseline ends on the target
+    assert one["rsmt"]["last_frame_error_m"] > 0 and 0 <= one["rsmt"]["style_accuracy"] <= 1
+    assert one["rsmt"]["diversity"] > 0 and one["linear"]["diversity"] == 0
 
 
 def test_a_part_without_its_upstream_run_is_refused_in_one_line(tmp_path):

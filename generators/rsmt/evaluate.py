@@ -16,6 +16,8 @@ and scored on the raw output (no blending or snapping onto the target):
   corpus's 99th-percentile joint speed;
 - ``style_accuracy``: the style classifier (``part=classifier`` run) on the in-between
   (start frame included), beside its accuracy on the true in-betweens;
+- ``other_style_accuracy``: the same cases with another style requested (the target pose
+  still from the clip): how often the classifier recognises the requested style;
 - ``diversity``: mean pairwise distance of ``samples`` generations of the first
   ``diversity_cases`` cases.
 
@@ -117,6 +119,19 @@ def diversity(model: RSMT, cases: Cases, n_cases: int, samples: int, seed: int) 
     return sum(vals) / max(len(vals), 1)
 
 
+def other_style(model: RSMT, train: rdata.Corpus, cases: Cases, classifier, seed: int) -> float:
+    """The same cases with another style requested (the styles after the clip's own, in turn):
+    the fraction whose in-between the classifier assigns to the requested style."""
+    n, styles = len(cases.style), len(train.styles)
+    shift = 1 + torch.arange(n) % (styles - 1)
+    want = (cases.style + shift) % styles
+    gen = torch.Generator().manual_seed(seed + 1)
+    examples = rdata.sample_windows(train, n, cases.examples.shape[1], gen, styles=want).x
+    pred = generate(model, Cases(cases.x, want, cases.phase0, examples), seed)
+    with torch.no_grad():
+        return float((classifier.predict(F.canonicalise(pred)) == want).float().mean())
+
+
 def load_classifier(path):
     """The style classifier of a ``part=classifier`` run (None for None)."""
     if path is None:
@@ -148,6 +163,8 @@ def evaluate(model: RSMT, train: rdata.Corpus, held: rdata.Corpus, cases: int = 
         r = {"frames": frames, "rsmt": score(pred, cs, speed_limit, bound_m, classifier),
              "linear": score(base, cs, speed_limit, bound_m, classifier),
              "batched_frames_per_second": cases * frames / took}  # fmt: skip
+        if classifier is not None and len(train.styles) > 1:
+            r["rsmt"]["other_style_accuracy"] = other_style(model, train, cs, classifier, seed)
         if samples > 1 and diversity_cases > 0:
             r["rsmt"]["diversity"] = diversity(model, cs, diversity_cases, samples, seed)
             r["linear"]["diversity"] = 0.0

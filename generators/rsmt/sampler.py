@@ -7,7 +7,9 @@ Per step ``t`` of a transition to the target ``s^T`` in ``T`` frames, with a sty
   ``k`` (one vector per 4 frames: the paper keeps the time axis);
 - the state encoder embeds ``s^t``; the style embedding attends from it over ``k`` and
   modulates it (FiLM by the attended code);
-- the target and offset encoders embed ``s^T`` and ``s^T - s^t``; their concatenation gets the
+- the target and offset encoders embed ``s^T`` and ``s^T - s^t`` (the offset twice: over the
+  frames' spread, and over the frame-to-frame change times the frames to go, i.e. as the
+  average change per frame it asks for); their concatenation gets the
   time-varying noise ``lambda N(0, 0.5)`` (eq. 6, ``t_zero`` 5, ``t_period`` 30) and the
   sinusoidal embedding of the frames to go ``z_dt`` (eq. 7);
 - an LSTM cell takes ``(E_sty + z_dt, h_target)``; the decoder maps ``(p^t, LSTM output,
@@ -48,7 +50,7 @@ class SamplerConfig:
     """
 
     hidden: int = 256
-    lstm: int = 512
+    lstm: int = 256
     style_channels: int = 64
     style_frames: int = 60
     noise_std: float = 0.5
@@ -130,7 +132,7 @@ class MotionSampler(nn.Module):
         self.state = _mlp(F.D, h, h)
         self.style_embed = StyleEmbedding(h, c)
         self.target = _mlp(F.D, h, h // 2)
-        self.offset = _mlp(F.D, h, h - h // 2)
+        self.offset = _mlp(2 * F.D, h, h - h // 2)
         self.lstm = nn.LSTMCell(2 * h, cfg.lstm)
         z = manifold.cfg.latent
         self.out_sizes = (z, F.HIP, 2 * pc, pc, pc)
@@ -158,7 +160,9 @@ class MotionSampler(nn.Module):
         m, c = self.manifold, self.cfg
         zdt = F.time_embedding(torch.full(s.shape[:1], float(to_go)), c.hidden)
         e = self.style_embed(self.state(m.norm(s)), k) + zdt
-        ht = torch.cat([self.target(m.norm(target)), self.offset((target - s) / m.std)], -1)
+        off = target - s
+        off = torch.cat([off / m.std, off / (m.dstd * to_go)], -1)  # where, and how fast per frame
+        ht = torch.cat([self.target(m.norm(target)), self.offset(off)], -1)
         lam = self.noise_scale(to_go)
         if lam > 0 and c.noise_std > 0:
             ht = ht + lam * c.noise_std * torch.randn(ht.shape, generator=gen)
