@@ -46,7 +46,9 @@ class SamplerConfig:
         style_frames: frames of a style example; time_dim: size of ``z_dt``;
         noise_std, t_zero, t_period: the time-varying noise (eq. 6);
         min_frames, max_frames: transition lengths drawn in training (frames after the start);
-        last_weight, foot_weight, phase_weight: loss weights; phase_channels: set by the app.
+        last_weight, foot_weight, phase_weight: loss weights; last_pos_weight: weight of the
+            last frame's joint-position error in metres (L1), beside ``L_last`` on normalised
+            features; phase_channels: set by the app.
     """
 
     hidden: int = 256
@@ -59,6 +61,7 @@ class SamplerConfig:
     min_frames: int = 10
     max_frames: int = 60
     last_weight: float = 4.0
+    last_pos_weight: float = 0.0
     foot_weight: float = 0.5
     phase_weight: float = 0.1
     phase_channels: int = 5
@@ -66,7 +69,7 @@ class SamplerConfig:
     def __post_init__(self) -> None:
         for k in ("hidden", "lstm", "style_channels", "style_frames", "min_frames", "max_frames", "phase_channels"):  # fmt: skip
             check(f"model.{k}", getattr(self, k), ge=1, integer=True)
-        for k in ("noise_std", "last_weight", "foot_weight", "phase_weight"):
+        for k in ("noise_std", "last_weight", "last_pos_weight", "foot_weight", "phase_weight"):
             check(f"model.{k}", getattr(self, k), ge=0.0)
         if self.max_frames < self.min_frames:
             raise ConfigError("model.max_frames", self.max_frames, f">= model.min_frames ({self.min_frames})")  # fmt: skip
@@ -206,8 +209,14 @@ class MotionSampler(nn.Module):
         phase = (((st("amp") - ph["A"][:, 1:]) ** 2).mean() + ((st("freq") - ph["F"][:, 1:]) ** 2).mean()
                  + 0.5 * ((st("p_hat") - ph["p"][:, 1:]) ** 2).mean()
                  + 0.5 * ((st("p_tilde") - ph["p"][:, 1:]) ** 2).mean())  # fmt: skip
-        loss = rec + c.last_weight * last + c.foot_weight * foot + c.phase_weight * phase
         err = (F.positions(pred[:, -1]) - F.positions(gt[:, -1])).norm(dim=-1).mean()
+        loss = rec + c.last_weight * last + c.foot_weight * foot + c.phase_weight * phase
+        if c.last_pos_weight:
+            loss = (
+                loss
+                + c.last_pos_weight
+                * (F.positions(pred[:, -1]) - F.positions(gt[:, -1])).abs().mean()
+            )
         return {"loss": loss, "rec": rec.detach(), "last": last.detach(), "foot": foot.detach(),
                 "phase": phase.detach(), "last_err_m": err.detach()}  # fmt: skip
 
