@@ -50,17 +50,23 @@ class ManifoldConfig:
 
 
 class MixtureLinear(nn.Module):
-    """A linear layer whose weights are the blend ``sum_k w_k W_k`` of ``experts`` layers."""
+    """A linear layer whose weights are the blend ``sum_k w_k W_k`` of ``experts`` layers.
+
+    The experts' weights sit side by side in one ``[inp, experts * out]`` matrix: one matrix
+    product gives every expert's output, blended by ``w`` (the same as blending the weights
+    first, without copying them per call).
+    """
 
     def __init__(self, experts: int, inp: int, out: int):
         super().__init__()
-        self.weight = nn.Parameter(torch.randn(experts, inp, out) * (1.0 / inp) ** 0.5)
-        self.bias = nn.Parameter(torch.zeros(experts, out))
+        self.experts, self.out = experts, out
+        self.weight = nn.Parameter(torch.randn(inp, experts * out) * (1.0 / inp) ** 0.5)
+        self.bias = nn.Parameter(torch.zeros(experts * out))
 
     def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         """``x [B, inp]``, blend weights ``w [B, experts]`` -> ``[B, out]``."""
-        y = torch.einsum("bi,kio->bko", x, self.weight) + self.bias
-        return torch.einsum("bk,bko->bo", w, y)
+        y = torch.addmm(self.bias, x, self.weight).view(-1, self.experts, self.out)
+        return (w.unsqueeze(-1) * y).sum(1)
 
 
 def foot_contact(speed: torch.Tensor) -> torch.Tensor:
