@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from mimic2dm.generators.rsmt.metrics import FPS, POS, ROT, VEL, D, rotations6d
+from mimic2dm.generators.rsmt.features import FPS, POS, ROT, VEL, D, rotations6d
 
 from mimic2dm.geometry.rotations import (
     exp_map_to_quat,

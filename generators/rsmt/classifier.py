@@ -18,7 +18,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from mimic2dm.generators.fid import fid
-from mimic2dm.generators.rsmt.metrics import D
+from mimic2dm.generators.rsmt.features import D
 
 from mimic2dm.utils.validate import check
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt.data import Stats
+from mimic2dm.generators.rsmt.metrics import foot_contact_prob
 from torch import nn
 
 from mimic2dm.utils.validate import check
@@ -67,12 +68,6 @@ class MixtureLinear(nn.Module):
         """``x [B, inp]``, blend weights ``w [B, experts]`` -> ``[B, out]``."""
         y = torch.addmm(self.bias, x, self.weight).view(-1, self.experts, self.out)
         return (w.unsqueeze(-1) * y).sum(1)
-
-
-def foot_contact(speed: torch.Tensor) -> torch.Tensor:
-    """RSMT eq. 5: contact probability of a foot moving at ``speed`` m/s."""
-    t = (2.0 * (speed - 0.5)).clamp(0.0, 1.0)
-    return 2 * t**3 - 3 * t**2 + 1
 
 
 class MotionManifold(nn.Module):
@@ -135,4 +130,4 @@ def foot_loss(pred: torch.Tensor, gt: torch.Tensor, prev: torch.Tensor) -> torch
     feet = list(F.FEET)
     pv = (F.positions(pred)[..., feet, :] - F.positions(prev)[..., feet, :]) * F.FPS
     gv = F.velocities(gt)[..., feet, :].norm(dim=-1)
-    return ((pv**2).sum(-1) * foot_contact(gv)).mean()
+    return ((pv**2).sum(-1) * foot_contact_prob(gv)).mean()

@@ -10,17 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-try:
-    from mimic2dm.generators.rsmt.features import FEET, FPS, POS, ROT, VEL, D, J
-except ImportError:  # same layout as the feature module, for when it is not installed
-    J = 15  # joints
-    POS = slice(0, 45)  # global positions, 15x3
-    VEL = slice(45, 90)  # velocities, 15x3
-    ROT = slice(90, 180)  # global rotations, 15x6D
-    FEET = (11, 14)  # right_foot, left_foot (ankles)
-    FPS = 30.0
-    D = 12 * J  # frame size, 180
+from mimic2dm.generators.rsmt.features import FEET, FPS, POS, ROT, VEL, D, J, positions, rotations6d
 
 __all__ = [
     "D", "FEET", "FPS", "J", "POS", "ROT", "VEL",
@@ -38,16 +28,6 @@ def _check_frames(x: torch.Tensor, name: str = "x", min_frames: int = 1) -> None
 def _check_pair(pred: torch.Tensor, gt: torch.Tensor) -> None:
     if pred.shape != gt.shape or pred.shape[-1] != D:
         raise ValueError(f"pred {list(pred.shape)} and gt {list(gt.shape)}: expected [..., {D}]")
-
-
-def positions(x: torch.Tensor) -> torch.Tensor:
-    """Global joint positions ``[..., 15, 3]`` (metres) of frames ``x [..., 180]``."""
-    return x[..., POS].reshape(*x.shape[:-1], J, 3)
-
-
-def rotations6d(x: torch.Tensor) -> torch.Tensor:
-    """Global joint rotations ``[..., 15, 6]`` (6D: column 0, column 1) of ``x [..., 180]``."""
-    return x[..., ROT].reshape(*x.shape[:-1], J, 6)
 
 
 def l2_global_positions(pred: torch.Tensor, gt: torch.Tensor) -> float:
