@@ -13,7 +13,7 @@ and scored on the raw output (no blending or snapping onto the target):
 - ``npss``: on the 6D orientations; ``foot_skating`` (m/s, RSMT's weighting) beside the
   ground truth's;
 - ``speed_ok``: fraction of generated frames whose fastest joint stays within the training
-  corpus's 99th-percentile joint speed;
+  corpus's 99th-percentile joint speed (``speed_ok_gt``: the same for the true in-betweens);
 - ``style_accuracy``: the style classifier (``part=classifier`` run) on the in-between
   (start frame included), beside its accuracy on the true in-betweens;
 - ``other_style_accuracy``: the same cases with another style requested (the target pose
@@ -101,6 +101,7 @@ def score(pred: torch.Tensor, cases: Cases, speed_limit: float, bound_m: float, 
         "foot_skating": M.foot_skating(pred),
         "foot_skating_gt": M.foot_skating(gt),
         "speed_ok": M.speed_within(pred, speed_limit),
+        "speed_ok_gt": M.speed_within(gt, speed_limit),
     }
     if classifier is not None:
         with torch.no_grad():

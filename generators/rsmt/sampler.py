@@ -61,7 +61,7 @@ class SamplerConfig:
     min_frames: int = 10
     max_frames: int = 60
     last_weight: float = 4.0
-    last_pos_weight: float = 30.0
+    last_pos_weight: float = 100.0
     foot_weight: float = 0.5
     phase_weight: float = 0.1
     phase_channels: int = 5
