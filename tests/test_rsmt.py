@@ -194,3 +194,19 @@ def test_a_part_without_its_upstream_run_is_refused_in_one_line(tmp_path):
     assert r.returncode == 1 and "manifold" in r.stderr and not (tmp_path / "s").exists()
     r = _train("part=nope", f"run_dir={tmp_path / 'n'}")
     assert r.returncode == 1 and "part" in r.stderr
+
+
+def test_the_shipped_config_states_every_model_default():
+    """conf/train_rsmt.yaml's model blocks are the schemas' defaults (the app sets the derived fields)."""
+    from dataclasses import MISSING, fields
+
+    from mimic2dm.generators.rsmt.train import DERIVED, PARTS, model_class
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).parents[1] / "conf" / "train_rsmt.yaml")
+    for part in PARTS:
+        block = OmegaConf.to_container(cfg.model[part])
+        want = {f.name: f.default for f in fields(model_class(part)) if f.default is not MISSING}
+        for k in DERIVED.get(part, ()):
+            want.pop(k, None)
+        assert block == want, part
