@@ -21,8 +21,9 @@ from pathlib import Path
 
 import hydra
 import torch
+from hydra.experimental.callback import Callback
 from mimic2dm.generators import runs
-from mimic2dm.generators.config import TrainConfig, _check_run, parse
+from mimic2dm.generators.config import AppConfig, TrainConfig, _check_run, parse
 from mimic2dm.generators.optim import OptimConfig
 from mimic2dm.generators.rsmt import data as rdata
 from mimic2dm.generators.rsmt import phase as rphase
@@ -156,11 +157,7 @@ def train(cfg: DictConfig) -> dict:
     extra = {"model_config": asdict(job.mcfg), "styles": train_set.styles, "corpus": train_set.summary(),
              "held_out": [c.name for c in held.clips], **up, **job.extra}  # fmt: skip
 
-    class App:
-        pass
-
-    app = App()
-    app.train, app.optim = tr, optim
+    app = AppConfig(train=tr, optim=optim)
     step = runs.fit(run, job.model, app, job.loss_fn, job.eval_fn, extra, job.metric, part, BETAS)
     metrics = {"step": step, "part": part, **job.eval_fn(), "corpus": train_set.summary()}
     return runs.finish(run, metrics, part)
@@ -305,7 +302,7 @@ JOBS = {
 }
 
 
-class ValidateCallback(hydra.experimental.callback.Callback):
+class ValidateCallback(Callback):
     """Config checks before Hydra makes the run directory (one line, exit 1)."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
