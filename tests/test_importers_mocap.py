@@ -152,10 +152,10 @@ def test_deepmimic_bad_input(tmp_path: Path):
 
 
 def test_deepmimic_shared_humanoid_and_dog_clips(tmp_path: Path):
-    """Every DeepMimic humanoid clip imports: the 16 of the shared data, else the 4 shipped
-    (walk, run, sideflip and roll, the 60 fps one that is resampled)."""
+    """Every DeepMimic humanoid clip imports: the 16 of the shared data, else the 6 shipped
+    (walk, run, sideflip, roll (the 60 fps one that is resampled), zombie and stealthy walk)."""
     clips = sorted(DEEPMIMIC.glob("humanoid3d_*.txt"))
-    assert len(clips) == (16 if ALL_DEEPMIMIC_CLIPS else 4), clips
+    assert len(clips) == (16 if ALL_DEEPMIMIC_CLIPS else 6), clips
     for clip in clips:
         res = invoke("import-deepmimic", clip, "--out", tmp_path / f"{clip.stem}.npz")
         assert res.exit_code == 0, res.output
