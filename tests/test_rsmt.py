@@ -14,8 +14,7 @@ from mimic2dm.generators.rsmt import data as rdata
 from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt.sampler import blend_phase, rotate_phase
 
-from mimic2dm.characters import humanoid
-from mimic2dm.characters.mocap import HumanMocap, human_fk
+from mimic2dm.characters.mocap import human_fk
 from mimic2dm.utils.validate import ConfigError
 
 FIX = Path(__file__).parent / "fixtures"
@@ -47,9 +46,7 @@ def load(path: Path) -> tuple[rdata.Corpus, rdata.Corpus]:
 
 
 def fk_positions(x: torch.Tensor) -> torch.Tensor:
-    root, q = F.to_local(x)
-    clip = HumanMocap(30.0, root, q, torch.tensor(humanoid.OFFSETS), humanoid.PARENTS, humanoid.BODY_NAMES)  # fmt: skip
-    return human_fk(clip)[0]
+    return human_fk(F.to_mocap(x))[0]
 
 
 def test_frames_mirrors_and_canonical_frames_drive_the_skeleton():

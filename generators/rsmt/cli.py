@@ -179,19 +179,6 @@ def transition_report(motion, target, seconds_taken: float) -> dict:
     }
 
 
-def human_clip(motion):
-    """``motion [T, 180]`` as a :class:`~mimic2dm.characters.mocap.HumanMocap` on the humanoid."""
-    import torch
-    from mimic2dm.generators.rsmt import features as F
-
-    from mimic2dm.characters import humanoid
-    from mimic2dm.characters.mocap import HumanMocap
-
-    root, rot = F.to_local(motion)
-    offsets = torch.tensor(humanoid.OFFSETS, dtype=torch.float32)
-    return HumanMocap(F.FPS, root, rot, offsets, humanoid.PARENTS, humanoid.BODY_NAMES)
-
-
 def save_cmu_clip(path: Path, motion, meta: dict) -> None:
     """Write ``motion [T, 180]`` as a ``cmu_*.npz`` clip with ``global_positions`` and ``meta``
     (one array per key; None as an empty string)."""
@@ -200,7 +187,7 @@ def save_cmu_clip(path: Path, motion, meta: dict) -> None:
 
     from mimic2dm.motion.format import _atomic_savez
 
-    clip = human_clip(motion)
+    clip = F.to_mocap(motion)
     arrays = {
         "node_names": np.array(clip.names),
         "parents": np.array(clip.parents, dtype=np.int64),
@@ -221,9 +208,11 @@ def keypoints3d(motion, out: Path | None):
         from mimic2dm.characters.clips import load_mocap_keypoints
 
         return load_mocap_keypoints(out).keypoints
+    from mimic2dm.generators.rsmt import features as F
+
     from mimic2dm.characters.mocap import human_keypoints
 
-    return human_keypoints(human_clip(motion)).numpy()
+    return human_keypoints(F.to_mocap(motion)).numpy()
 
 
 def side_camera_config(motion):

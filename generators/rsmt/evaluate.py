@@ -39,6 +39,7 @@ from mimic2dm.generators.rsmt import features as F
 from mimic2dm.generators.rsmt import metrics as M
 from mimic2dm.generators.rsmt.baseline import linear_transition
 from mimic2dm.generators.rsmt.inference import RSMT, load_rsmt
+from mimic2dm.generators.rsmt.phase import clip_phases
 
 
 @dataclass
@@ -64,8 +65,6 @@ def make_cases(model: RSMT, train: rdata.Corpus, held: rdata.Corpus, n: int, fra
         clip = held.clips[c]
         s = int(torch.randint(clip.frames - frames, (1,), generator=gen))
         if c not in phases:
-            from mimic2dm.generators.rsmt.phase import clip_phases
-
             phases[c] = clip_phases(model.phase, clip.x)["p"]
         xs.append(clip.x[s : s + frames + 1])
         p0.append(phases[c][s])

@@ -152,6 +152,16 @@ def to_local(x: torch.Tensor, parents: tuple[int, ...] = humanoid.PARENTS) -> tu
     return positions(x)[:, 0].clone(), q
 
 
+def to_mocap(x: torch.Tensor, source: str = "rsmt"):
+    """Frames ``[T, 180]`` as a :class:`~mimic2dm.characters.mocap.HumanMocap` on the humanoid's
+    skeleton (:func:`to_local`; bone lengths the humanoid's), for ``human_fk`` / ``human_keypoints``."""
+    from mimic2dm.characters.mocap import HumanMocap
+
+    root, q = to_local(x)
+    offsets = torch.tensor(humanoid.OFFSETS, dtype=torch.float32)
+    return HumanMocap(FPS, root, q, offsets, humanoid.PARENTS, humanoid.BODY_NAMES, source)
+
+
 def time_embedding(dt: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal embedding ``[..., dim]`` of frames-to-go ``dt [...]`` (paper eq. 7)."""
     i = torch.arange(dim // 2, dtype=torch.float32, device=dt.device)

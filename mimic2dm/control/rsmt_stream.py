@@ -129,14 +129,10 @@ def load_style_example(path: Path) -> StyleExample:
 def world_keypoints(frames: torch.Tensor) -> torch.Tensor:
     """COCO-17 keypoints ``[n, 17, 3]`` of RSMT frames ``[n, 180]`` (forward kinematics of their
     local rotations on the humanoid's skeleton, from the pelvis position)."""
-    from mimic2dm.characters import humanoid
-    from mimic2dm.characters.mocap import HumanMocap, human_keypoints
+    from mimic2dm.characters.mocap import human_keypoints
     from mimic2dm.generators.rsmt import features as F
 
-    root, q = F.to_local(frames)
-    clip = HumanMocap(F.FPS, root, q, torch.tensor(humanoid.OFFSETS), humanoid.PARENTS,
-                      humanoid.BODY_NAMES, "rsmt")  # fmt: skip
-    return human_keypoints(clip)
+    return human_keypoints(F.to_mocap(frames))
 
 
 def project_features(kp: torch.Tensor, cams: tuple) -> torch.Tensor:
