@@ -29,6 +29,10 @@ class TrackingConfig(ReferenceConfig):
         reward: term scales and sharpness; asi: adaptive state initialisation.
         initial_level_feet: fitted 3D poses get flat feet (``retarget.level_feet``): the
             IK leaves foot pitch free, as COCO-17 has no toe keypoint.
+        privileged_3d: append to every observation what a distillation teacher may use
+            (``mimic2dm-distill``): the episode's clip index, then the 3D tracker's goal
+            observation of the clip's 3D keypoints (``tracking3d``'s); needs clips with 3D
+            keypoints. A policy never sees it.
     """
 
     num_views: int = 1
@@ -39,6 +43,7 @@ class TrackingConfig(ReferenceConfig):
     reward: RewardConfig = field(default_factory=RewardConfig)
     asi: ASIConfig = field(default_factory=ASIConfig)
     initial_level_feet: bool = False
+    privileged_3d: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

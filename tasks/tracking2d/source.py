@@ -195,6 +195,25 @@ class ClipReference(ReferenceSource):
         """``[E]`` clip index of each env's episode."""
         return self.clip[env_ids]
 
+    def keypoints3d(self, frames: torch.Tensor) -> torch.Tensor:
+        """The episodes' clips' 3D keypoints at per-env ``frames [N, n]`` -> ``[N, n, K, 3]``
+        (frames past a clip's end read its last frame; privileged teacher observations).
+
+        Raises:
+            ValueError: a clip has no 3D keypoints (naming it).
+        """
+        if getattr(self, "_kp3d", None) is None:
+            missing = [c.name for c in self.lib.clips if c.keypoints3d is None]
+            if missing:
+                raise ValueError(f"task.privileged_3d needs clips with 3D keypoints; {', '.join(missing)} have none")  # fmt: skip
+            K = self.kset.num_keypoints
+            kp = torch.zeros(self.lib.num_clips, self.lib.max_len, K, 3)
+            for c, clip in enumerate(self.lib.clips):
+                kp[c, : clip.num_frames] = clip.keypoints3d
+            self._kp3d = kp.to(self.device)
+        last = self.lib.lengths.to(self.device)[self.clip] - 1
+        return self._kp3d[self.clip[:, None], torch.minimum(frames, last[:, None])]
+
     def episode_state(self) -> dict:
         return {
             "clip": self.clip.clone(),

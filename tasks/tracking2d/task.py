@@ -25,6 +25,7 @@ from mimic2dm.tasks.tracking2d.observations import observation_2d, observation_2
 from mimic2dm.tasks.tracking2d.rewards import reward_terms
 from mimic2dm.tasks.tracking2d.source import ReferenceSource
 from mimic2dm.tasks.tracking2d.terminations import reprojection_exceeded
+from mimic2dm.tasks.tracking3d.observations import observation_3d, observation_3d_size
 
 from mimic2dm.engines.base import Engine, SimState
 from mimic2dm.geometry.camera import MIN_DEPTH, project_points
@@ -69,8 +70,15 @@ class Tracking2DTask(ReferenceTask):
         self.view_dim = observation_2d_size(self.view_points()[0].shape[2], cfg.num_future)
 
     def obs_layout(self) -> dict[str, int]:
-        """Sizes the view-aggregation network needs to split observations."""
-        return {"prop": self.prop_dim, "view": self.view_dim, "views": self.V}
+        """Sizes the view-aggregation network needs to split observations (``privileged``:
+        the width of the teacher's part appended after them with ``task.privileged_3d``: the
+        episode's clip index, then the 3D tracker's goal observation)."""
+        layout = {"prop": self.prop_dim, "view": self.view_dim, "views": self.V}
+        if self.cfg.privileged_3d:
+            layout["privileged"] = 1 + observation_3d_size(
+                self.source.kset.num_keypoints, self.cfg.num_future
+            )
+        return layout
 
     # ------------------------------------------------------------------ episodes
     def start_episodes(self, env_ids: torch.Tensor, starts: torch.Tensor, states: SimState,
@@ -133,8 +141,16 @@ class Tracking2DTask(ReferenceTask):
         flat = lambda x: x.reshape(self.N * self.V, *x.shape[2:])  # noqa: E731
         view_obs = observation_2d(flat(uv), flat(valid), flat(ref_uv), flat(ref_mask), flat(ref_root),
                                     flat(k), self.root_idx)  # fmt: skip
-        self.obs_state = self._read("state")
-        return torch.cat([prop, view_obs.reshape(self.N, -1)], dim=-1)
+        self.obs_state = s = self._read("state")
+        obs = torch.cat([prop, view_obs.reshape(self.N, -1)], dim=-1)
+        if not self.cfg.privileged_3d:
+            return obs
+        fut = self.frame[:, None] + torch.arange(1, self.cfg.num_future + 1, device=self.device)
+        goal = observation_3d(
+            self._read("keypoints"), s.root_pos, s.root_rot, self.source.keypoints3d(fut)
+        )
+        clip = self.source.clip_of(torch.arange(self.N, device=self.device)).float()[:, None]
+        return torch.cat([obs, clip, goal], dim=-1)
 
     # ------------------------------------------------------------------ stepping
     def step(self, actions: torch.Tensor) -> StepResult:
