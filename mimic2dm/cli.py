@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from mimic2dm.control.cli import bench_control_cmd, control_cmd, control_table_cmd, rollouts_cmd
+from mimic2dm.corpus_bench import bench_corpus_command
 from mimic2dm.engines.bench_cli import app as bench_app
 from mimic2dm.generators.bench import bench_generate_cmd
 from mimic2dm.generators.rsmt.cli import transition_cmd
@@ -50,6 +51,7 @@ bench_app.command("generate")(bench_generate_cmd)
 bench_app.command("rsmt")(bench_rsmt_cmd)
 bench_app.command("train")(bench_train_command)
 bench_app.command("learn")(bench_learn_command)
+bench_app.command("corpus")(bench_corpus_command)
 app.command("sample")(sample_cmd)
 app.command("transition")(transition_cmd)
 app.command("control")(control_cmd)

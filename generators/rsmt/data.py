@@ -125,20 +125,17 @@ def read_motion(path: Path, character_file: str | None = None) -> torch.Tensor:
         clip = HumanMocap(F.FPS, clip.root_translation[::k], clip.local_rotation[::k], clip.offsets,
                           clip.parents, clip.names, str(path))  # fmt: skip
     else:
-        from mimic2dm.motion import deepmimic
+        from mimic2dm.characters.clips import load_deepmimic_clip
         from mimic2dm.motion.format import MotionFormatError
 
-        char = character_file or deepmimic.find_character_file(path, deepmimic.frame_width(path))
-        if char is None:
-            raise MotionFormatError(path, "character file", "is not given and none fits beside the clip", "rsmt_data.character_file")  # fmt: skip
-        kind, arrays, _ = deepmimic.import_deepmimic(path, char, F.FPS)
-        if kind != "humanoid3d":
-            raise MotionFormatError(path, "Frames", f"are a {kind} motion", "a humanoid3d motion")
-        clip = HumanMocap(F.FPS, torch.as_tensor(arrays["root_translation"], dtype=torch.float32),
-                          torch.as_tensor(arrays["local_rotation"], dtype=torch.float32),
-                          torch.as_tensor(arrays["local_translation"], dtype=torch.float32),
-                          tuple(int(p) for p in arrays["parents"]),
-                          tuple(str(n) for n in arrays["node_names"]), str(path))  # fmt: skip
+        try:
+            clip = load_deepmimic_clip(path, character_file, F.FPS)
+        except MotionFormatError as e:
+            if e.field != "character file":
+                raise
+            raise MotionFormatError(path, "character file", "is not given and none fits beside the clip", "rsmt_data.character_file") from None  # fmt: skip
+        if not isinstance(clip, HumanMocap):
+            raise MotionFormatError(path, "Frames", "are a dog3d motion", "a humanoid3d motion")
     pos, quat = human_fk(clip)
     return F.clip_features(pos, quat, F.FPS)
 

@@ -6,9 +6,11 @@ recipe, the file is written first:
 
 - ``{kind: demo, seconds, fps, seed}``: the project's keyframed demo clip
   (:func:`mimic2dm.characters.demo_clip.make_demo_clip`);
-- ``{kind: synth, mocap, views, camera, seed, fps[, loops | seconds][, ground]}``: a 3D mocap
-  clip (its gait cycle looped ``loops`` times or to ``seconds``; with ``ground: true`` first
-  lifted so that its feet are not below the character's own,
+- ``{kind: synth, mocap, views, camera, seed, fps[, start][, end][, loops | seconds][, ground]}``:
+  a 3D mocap clip (``cmu_*.npz``, ``dog_*.npz``, a DeepMimic ``.txt`` with its character file
+  beside it, a Motion3D file), cut to ``start``..``end`` seconds of the source clip (before
+  anything else; either may be left out), its gait cycle looped ``loops`` times or to
+  ``seconds``; with ``ground: true`` first lifted so that its feet are not below the character's own,
   :func:`mimic2dm.characters.feet.ground_keypoints`) projected through virtual cameras (what
   ``mimic2dm data synth`` does);
 - ``{kind: dribble, mocap, views, camera, seed, seconds}``: a synthetic dribble (a looped
@@ -34,7 +36,7 @@ log = logging.getLogger(__name__)
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _make_demo(out: Path, recipe: Mapping) -> None:
+def _make_demo(out: Path, recipe: Mapping, key: str = "make") -> None:
     from mimic2dm.characters.demo_clip import make_demo_clip
     from mimic2dm.motion.format import save_motion2d
 
@@ -43,10 +45,20 @@ def _make_demo(out: Path, recipe: Mapping) -> None:
     save_motion2d(m2, out)
 
 
-def _make_synth(out: Path, recipe: Mapping) -> None:
-    from mimic2dm.characters.clips import clip_skill, load_mocap_keypoints
-    from mimic2dm.motion.format import save_motion2d
-    from mimic2dm.motion.synth import resample, synthesize_views
+def synth_motion(recipe: Mapping, key: str = "make"):
+    """The 3D motion of a ``synth`` recipe before it is projected: the clip ``mocap`` cut to
+    ``start``..``end``, grounded, looped and resampled as the recipe says.
+
+    Returns:
+        ``(clip, keypoints [T, K, 3], object3d [T, 3] | None, fps, meta)``: the clip read
+        (:func:`mimic2dm.characters.clips.load_mocap_keypoints`), the motion, and what each
+        step did (``source``, ``window_s``, ``ground_lift_m``...).
+
+    Raises:
+        ConfigError: ``start`` / ``end`` out of range, naming ``{key}.start`` / ``{key}.end``.
+    """
+    from mimic2dm.characters.clips import load_mocap_keypoints
+    from mimic2dm.motion.synth import resample
 
     src = Path(str(recipe["mocap"]))
     src = src if src.is_absolute() else PROJECT_ROOT / src
@@ -54,6 +66,12 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
     kp, rate = clip.keypoints, clip.fps
     obj = clip.object3d
     meta = {"source": str(src), "character": clip.character, "source_fps": clip.fps}
+    if recipe.get("start") is not None or recipe.get("end") is not None:
+        from mimic2dm.motion.corpus import window_slice
+
+        cut = window_slice(len(kp), rate, recipe.get("start"), recipe.get("end"), key)
+        kp, obj = kp[cut], None if obj is None else obj[cut]
+        meta["window_s"] = [cut.start / rate, (cut.stop - 1) / rate]
     if recipe.get("ground"):
         from mimic2dm.characters.feet import ground_keypoints
 
@@ -65,14 +83,23 @@ def _make_synth(out: Path, recipe: Mapping) -> None:
         kp, obj, _ = loop_keypoints(kp, clip.keypoint_set, rate, loops=recipe.get("loops"), seconds=recipe.get("seconds"), object3d=obj)  # fmt: skip
     if recipe.get("fps"):
         kp, obj, rate = resample(kp, clip.fps, float(recipe["fps"])), None if obj is None else resample(obj, clip.fps, float(recipe["fps"])), float(recipe["fps"])  # fmt: skip
+    return clip, kp, obj, rate, meta
+
+
+def _make_synth(out: Path, recipe: Mapping, key: str = "make") -> None:
+    from mimic2dm.characters.clips import clip_skill
+    from mimic2dm.motion.format import save_motion2d
+    from mimic2dm.motion.synth import synthesize_views
+
+    clip, kp, obj, rate, meta = synth_motion(recipe, key)
     m = synthesize_views(kp, clip.keypoint_set, rate, num_views=int(recipe.get("views", 1)),
                          camera=str(recipe.get("camera", "static")), seed=int(recipe.get("seed", 0)),
                          object3d=obj, meta=meta,
-                         labels=dict(recipe.get("labels") or {"skill": clip_skill(src.stem)}))  # fmt: skip
+                         labels=dict(recipe.get("labels") or {"skill": clip_skill(Path(meta["source"]).stem)}))  # fmt: skip
     save_motion2d(m, out)
 
 
-def _make_aist(out: Path, recipe: Mapping) -> None:
+def _make_aist(out: Path, recipe: Mapping, key: str = "make") -> None:
     from mimic2dm.motion.aist import import_split
 
     seed = int(recipe.get("seed", 0)) if recipe.get("one_random_view", True) else None
@@ -81,7 +108,7 @@ def _make_aist(out: Path, recipe: Mapping) -> None:
     )
 
 
-def _make_dribble(out: Path, recipe: Mapping) -> None:
+def _make_dribble(out: Path, recipe: Mapping, key: str = "make") -> None:
     from mimic2dm.characters.dribble_clip import dribble_clip
     from mimic2dm.motion.format import save_motion2d
 
@@ -139,9 +166,10 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
         FileNotFoundError: a file is missing and has no ``make`` recipe.
         ConfigError: no clips or a malformed entry (:func:`clip_entries`).
         ValueError: unknown recipe kind.
+        ConfigError: a recipe value out of range (naming ``data.clips[i].make.<field>``).
     """
     out = []
-    for entry in clip_entries(data_cfg):
+    for i, entry in enumerate(clip_entries(data_cfg)):
         path = Path(str(entry["file"]))
         path = path if path.is_absolute() else Path(run_dir) / "data" / path
         recipe = entry.get("make")
@@ -154,7 +182,7 @@ def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:
             if kind not in MAKERS:
                 raise ValueError(f"data: make.kind {kind!r} is not one of {', '.join(MAKERS)}")
             path.parent.mkdir(parents=True, exist_ok=True)
-            MAKERS[kind](path, recipe)
+            MAKERS[kind](path, recipe, key=f"data.clips[{i}].make")
             log.info("made %s (%s)", path, kind)
         # a folder (e.g. an AIST++ split) stands for its clips
         out.extend(

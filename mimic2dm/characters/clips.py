@@ -1,7 +1,9 @@
 """Shared motion-capture clips read through the characters' kinematics.
 
-``shared/data/mocap`` holds CMU human clips (``cmu_*.npz``: local rotations) and dog
-clips (``dog_*.npz``: joint positions). They become character references here, not in
+``shared/data/mocap`` holds CMU human clips (``cmu_*.npz``: local rotations), dog
+clips (``dog_*.npz``: joint positions) and DeepMimic motions (``deepmimic/**/*.txt``, read
+in memory into those layouts by :mod:`mimic2dm.motion.deepmimic`, exactly as
+``mimic2dm data import-deepmimic`` writes them). They become character references here, not in
 ``motion/``, because reading them needs the characters (skeletons, retargeting, MuJoCo
 forward kinematics) and ``motion`` sits below ``characters`` (docs/layout.md).
 """
@@ -44,6 +46,8 @@ class Keypoints3D:
 
 
 def _clip_kind(path: Path) -> str:
+    if path.suffix.lower() == ".txt":
+        return "deepmimic"
     if read_kind(path) == "motion3d":
         return "motion3d"
     try:
@@ -57,8 +61,76 @@ def _clip_kind(path: Path) -> str:
         return "dog"
     raise ValueError(
         f"{path}: unknown clip layout with keys {sorted(files)}; expected a CMU clip "
-        "(local_rotation), a dog clip (positions) or a Motion3D file"
+        "(local_rotation), a dog clip (positions), a DeepMimic motion (.txt) or a Motion3D file"
     )
+
+
+def load_deepmimic_clip(
+    path: str | os.PathLike,
+    character_file: str | os.PathLike | None = None,
+    fps: float | None = None,
+    dtype=None,
+):
+    """A DeepMimic motion (``.txt``) as the clip its ``.npz`` import would load as.
+
+    The motion goes through :func:`mimic2dm.motion.deepmimic.import_deepmimic` in memory and
+    becomes a :class:`~mimic2dm.characters.mocap.HumanMocap` (humanoid3d, what
+    ``load_cmu_clip`` gives for the ``cmu_*.npz`` that ``data import-deepmimic`` writes) or a
+    :class:`~mimic2dm.characters.mocap.DogMocap` (dog3d).
+
+    Args:
+        path: the motion file.
+        character_file: its DeepMimic character file; default the one in a ``characters/``
+            folder beside the clip or one level up whose joints fit the frames
+            (:func:`mimic2dm.motion.deepmimic.find_character_file`).
+        fps: output frame rate (default the file's).
+        dtype: float dtype of the tensors (default float32).
+
+    Raises:
+        MotionFormatError: naming the file and the field (no fitting character file, frames...).
+    """
+    import torch
+
+    from mimic2dm.characters.mocap import DogMocap, HumanMocap
+    from mimic2dm.geometry.rotations import quat_normalize
+    from mimic2dm.motion import deepmimic
+    from mimic2dm.motion.format import MotionFormatError
+
+    path = Path(path)
+    if character_file is None:
+        character_file = deepmimic.find_character_file(path, deepmimic.frame_width(path))
+        if character_file is None:
+            raise MotionFormatError(path, "character file", "is not given and no single characters/*.txt beside the clip (or one up) fits its frames", "a DeepMimic character file")  # fmt: skip
+    kind, arrays, _ = deepmimic.import_deepmimic(path, character_file, fps)
+    dtype = dtype or torch.float32
+    if kind == "dog3d":
+        return DogMocap(float(arrays["fps"]), torch.as_tensor(arrays["positions"], dtype=dtype),
+                        tuple(str(n) for n in arrays["joint_names"]), str(path))  # fmt: skip
+    return HumanMocap(
+        fps=float(arrays["fps"]),
+        root_translation=torch.as_tensor(arrays["root_translation"], dtype=dtype),
+        local_rotation=quat_normalize(torch.as_tensor(arrays["local_rotation"], dtype=dtype)),
+        offsets=torch.as_tensor(arrays["local_translation"], dtype=dtype),
+        parents=tuple(int(p) for p in arrays["parents"]),
+        names=tuple(str(n) for n in arrays["node_names"]),
+        source=str(path),
+    )
+
+
+def _load_clip(path: Path, kind: str, dtype=None):
+    """``(clip, character)`` of a ``cmu``, ``dog`` or ``deepmimic`` clip (:func:`_clip_kind`)."""
+    import torch
+
+    from mimic2dm.characters import mocap
+
+    dtype = dtype or torch.float32
+    if kind == "deepmimic":
+        clip = load_deepmimic_clip(path, dtype=dtype)
+    elif kind == "cmu":
+        clip = mocap.load_cmu_clip(path, dtype=dtype)
+    else:
+        clip = mocap.load_dog_clip(path, dtype=dtype)
+    return clip, "humanoid" if isinstance(clip, mocap.HumanMocap) else "dog"
 
 
 def motion3d_keypoints(m: Motion3D) -> np.ndarray:
@@ -79,17 +151,16 @@ def mocap_to_motion3d(path: str | os.PathLike) -> Motion3D:
     """
     import torch
 
-    from mimic2dm.characters import mocap, retarget
+    from mimic2dm.characters import retarget
 
     path = Path(path)
     kind = _clip_kind(path)
     if kind == "motion3d":
         return load_motion3d(path)
-    if kind == "cmu":
-        clip, character = mocap.load_cmu_clip(path, dtype=torch.float64), "humanoid"
+    clip, character = _load_clip(path, kind, torch.float64)
+    if character == "humanoid":
         qpos = retarget.retarget_human(clip)
     else:
-        clip, character = mocap.load_dog_clip(path, dtype=torch.float64), "dog"
         qpos = retarget.retarget_dog(clip)
     q = qpos.detach().cpu().numpy().astype(np.float64)
     quat = wxyz_to_xyzw(q[:, 3:7])  # MuJoCo's free-joint quaternion is wxyz
@@ -115,10 +186,13 @@ def clip_skill(stem: str) -> str:
 
 
 def load_mocap_keypoints(path: str | os.PathLike) -> Keypoints3D:
-    """3D keypoints of a shared mocap clip (``cmu_*.npz``, ``dog_*.npz``) or a Motion3D file.
+    """3D keypoints of a shared mocap clip (``cmu_*.npz``, ``dog_*.npz``, a DeepMimic ``.txt``)
+    or a Motion3D file.
 
-    Human clips give COCO-17 keypoints of the ``humanoid``; dog clips ``dog17``
-    keypoints of the ``dog`` (the characters' own keypoint definitions).
+    Human clips (CMU, DeepMimic humanoid3d) give COCO-17 keypoints of the ``humanoid``; dog
+    clips (and dog3d) ``dog17`` keypoints of the ``dog`` (the characters' own keypoint
+    definitions). A DeepMimic motion is read through :func:`load_deepmimic_clip` with the
+    character file beside it, so its keypoints are those of its ``data import-deepmimic`` npz.
 
     Raises:
         ValueError / KeyError / FileNotFoundError naming the file.
@@ -134,12 +208,11 @@ def load_mocap_keypoints(path: str | os.PathLike) -> Keypoints3D:
         return Keypoints3D(kp, kset, m.character, m.fps, _opt32(m.object_pos), str(path))
     from mimic2dm.characters import mocap
 
-    if kind == "cmu":
-        clip = mocap.load_cmu_clip(path)
-        kp, kset, character = mocap.human_keypoints(clip), "coco17", "humanoid"
+    clip, character = _load_clip(path, kind)
+    if character == "humanoid":
+        kp, kset = mocap.human_keypoints(clip), "coco17"
     else:
-        clip = mocap.load_dog_clip(path)
-        kp, kset, character = mocap.dog_keypoints(clip), "dog17", "dog"
+        kp, kset = mocap.dog_keypoints(clip), "dog17"
     return Keypoints3D(
         kp.detach().cpu().numpy().astype(np.float32),
         kset,

@@ -10,6 +10,7 @@ Commands:
 - ``import-deepmimic``, ``import-bvh``: DeepMimic / BVH motion -> shared mocap clips (``.npz``).
 - ``dribble``: a synthetic dribble (looped run/walk + simulated ball) -> 2D clip.
 - ``demo``: write the built-in demo clip (no external data needed).
+- ``corpus``: write the tracker's motion corpus (``conf/data/corpus.yaml``) and its manifest.
 
 Exit codes: 0 success, 1 invalid input (message names file, field, expectation),
 2 bad command-line usage.
@@ -48,6 +49,9 @@ CHARACTERS = ("humanoid", "dog")
 _Distance = Annotated[str | None, typer.Option(help="Camera distance (m): a value D or a range LO:HI [default: 3:8].")]  # fmt: skip
 _Focal = Annotated[str | None, typer.Option(help="Focal length (px): a value F or a range LO:HI [default: 1000:1800].")]  # fmt: skip
 _Elevation = Annotated[str | None, typer.Option(help="Camera elevation (deg): a value or a range LO:HI [default: -10:35].")]  # fmt: skip
+# the window options of ``data synth``: seconds of the source clip, applied before anything else
+_Start = Annotated[float | None, typer.Option(help="Cut the clip from this second of the source (first).")]  # fmt: skip
+_End = Annotated[float | None, typer.Option(help="Cut the clip up to this second of the source (first).")]  # fmt: skip
 
 
 def _parse_labels(labels: list[str]) -> dict[str, str]:
@@ -100,7 +104,9 @@ def _character_matches(clip_character: str, clip_set: str, character: str) -> bo
 def synth(
     mocap: Annotated[
         Path,
-        typer.Argument(help="3D clip: CMU .npz, dog .npz (shared/data/mocap) or a Motion3D file."),
+        typer.Argument(
+            help="3D clip: CMU .npz, dog .npz (shared/data/mocap), DeepMimic .txt or a Motion3D file."
+        ),
     ],
     out: Annotated[Path, typer.Option("--out", help="Output 2D clip (.npz).")],
     character: Annotated[
@@ -124,6 +130,8 @@ def synth(
     seconds: Annotated[
         float | None, typer.Option(help="Loop the clip's gait cycle until it lasts T seconds.")
     ] = None,
+    start: _Start = None,
+    end: _End = None,
     ground: Annotated[
         bool,
         typer.Option(
@@ -144,7 +152,9 @@ def synth(
     With ``--loops`` or ``--seconds`` the clip's gait cycle is repeated first, each loop
     starting where the previous one ended (heading included), seams blended. With
     ``--ground`` the motion is first lifted by the smallest constant height that keeps every
-    foot keypoint at or above its height in the character's standing pose.
+    foot keypoint at or above its height in the character's standing pose. ``--start`` /
+    ``--end`` (seconds of the source clip) cut it before any of that. A DeepMimic ``.txt``
+    is read with the character file beside it (as ``data import-deepmimic`` would).
     """
     from mimic2dm.motion.synth import synthesize_views
 
@@ -158,6 +168,14 @@ def synth(
             k: list(getattr(camera_config, k))
             for k in ("distance_range", "focal_range", "elevation_range_deg")
         }
+    if start is not None or end is not None:
+        from mimic2dm.motion.corpus import window_slice
+
+        with exit_on(ValueError, prefix=f"{mocap}: "):
+            cut = window_slice(len(clip.keypoints), clip.fps, start, end, "", ("--start", "--end"))
+        clip.keypoints = clip.keypoints[cut]
+        clip.object3d = None if clip.object3d is None else clip.object3d[cut]
+        meta["window_s"] = [cut.start / clip.fps, (cut.stop - 1) / clip.fps]
     kp, obj, rate = _prepare_motion(clip, mocap, character, meta, ground, loops, seconds, fps)
     m = synthesize_views(kp, clip.keypoint_set, rate, num_views=views, camera=camera, seed=seed,
                          noise_px=noise_px, drop_prob=drop_prob, object3d=obj,
@@ -481,6 +499,40 @@ def dribble(
     console().print(
         f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
         f"{len(d.kicks)} kicks, ball visible in {seen:.0%} of view-frames",
+        markup=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("corpus")
+def corpus(
+    shared: Annotated[
+        Path | None,
+        typer.Option(help="Shared data folder [default: $MIMIC2DM_SHARED or ../shared]."),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Corpus config to write [default: conf/data/corpus.yaml]."),
+    ] = None,  # fmt: skip
+    manifest: Annotated[
+        Path | None,
+        typer.Option(help="Manifest JSON to write [default: conf/data/corpus_manifest.json]."),
+    ] = None,  # fmt: skip
+) -> None:
+    """Write the tracker's motion corpus (conf/data/corpus.yaml, data=corpus) and its manifest:
+    every shared humanoid clip (DeepMimic top level, long/, sie/; CMU walk, run, hop; not the
+    two get-up clips), clips over 10 s cut into 10 s windows, with sampling weights, licences
+    and 8 evaluation cameras per window (``mimic2dm bench corpus``)."""
+    from mimic2dm.motion import corpus as corpus_mod
+    from mimic2dm.utils.paths import shared_dir
+
+    out = out or corpus_mod.DEFAULT_YAML
+    manifest = manifest or corpus_mod.DEFAULT_MANIFEST
+    with exit_on(OSError, ValueError):
+        m = corpus_mod.write_corpus(shared or shared_dir(), out, manifest)
+    console().print(
+        f"wrote {out} and {manifest}: {m['clips_count']} clips, {m['windows_count']} windows, "
+        f"{m['minutes']:g} minutes at {m['fps']:g} fps",
         markup=False,
         soft_wrap=True,
     )
