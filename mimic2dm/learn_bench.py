@@ -145,11 +145,22 @@ def learn_one(clip: str, seed: int, minutes: float, run_dir: Path, eval_every: f
     }  # fmt: skip
 
 
+INIT_OVERRIDES = ("train.learning_rate=1e-4",)
+"""What the runs started from ``--init-from`` add by default: the fine-tuning learning rate
+(:data:`mimic2dm.train.FINE_TUNE_LR`; a fresh optimiser at the default rate wrecks a trained policy)."""
+
+
 def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_dir: str | Path = "runs/bench_learn",
                 eval_every: float | None = None, overrides: list[str] | None = None,
-                first_seed: int = 0, on_run=None) -> dict:  # fmt: skip
+                first_seed: int = 0, on_run=None, init_from: str | None = None,
+                init_overrides: Sequence[str] = INIT_OVERRIDES) -> dict:  # fmt: skip
     """Train and evaluate every clip x seed (``first_seed .. first_seed + seeds - 1``); see the
     module docstring.
+
+    With ``init_from`` (a checkpoint or run dir, e.g. a distilled student) every clip x seed
+    is trained twice, from scratch and from those weights (``init_from=...`` plus
+    ``init_overrides``); each run's ``start`` says which, and ``speedup`` compares their
+    times to first success (:func:`speedups`).
 
     Every run's config is composed before the first run trains, so a bad clip name or
     override fails at once, not after the runs before it. Configs are composed from
@@ -163,25 +174,62 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
     """
     every = eval_every if eval_every is not None else max(5.0, minutes * 60 / 30)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
+    starts = [("scratch", list(overrides or []))]
+    if init_from:
+        init_from = str(Path(init_from).resolve())
+        starts.append(
+            ("init_from", [*(overrides or []), f"init_from={init_from}", *init_overrides])
+        )
     plan = []
     for c in clips:
         for s in range(first_seed, first_seed + seeds):
-            run_dir = Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}"
-            try:
-                cfg = run_config(c, s, minutes, run_dir, list(overrides or []))
-            except Exception as e:
-                raise RunConfigError(
-                    f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}"
-                ) from e
-            plan.append((c, s, run_dir, cfg))
+            for start, ov in starts:
+                tag = "" if start == "scratch" and not init_from else f"_{start}"
+                run_dir = Path(out_dir).resolve() / f"{stamp}_{c}_seed{s}{tag}"
+                try:
+                    cfg = run_config(c, s, minutes, run_dir, ov)
+                except Exception as e:
+                    raise RunConfigError(
+                        f"bench learn: clip {c!r}, seed {s}: cannot compose its config: {e}"
+                    ) from e
+                plan.append((c, s, start, ov, run_dir, cfg))
     result = {"minutes": minutes, "seeds": seeds, "eval_every_s": every, "runs": []}
-    for c, s, run_dir, cfg in plan:
+    if init_from:
+        result["init_from"] = str(init_from)
+    for c, s, start, ov, run_dir, cfg in plan:
         result["runs"].append(
-            learn_one(c, s, minutes, run_dir, every, list(overrides or []), cfg=cfg)
+            {**learn_one(c, s, minutes, run_dir, every, ov, cfg=cfg), "start": start}
         )
+        if init_from:
+            result["speedup"] = speedups(result["runs"], minutes)
         if on_run is not None:
             on_run(result)
     return result
+
+
+def speedups(runs: list[dict], minutes: float) -> dict:
+    """Time to first success from scratch over that from ``init_from``, per clip x seed with
+    both runs, and their median. A run that never succeeded counts at its whole budget, which
+    makes its ratio a bound (``bound``: ``>=`` when only the scratch run failed, ``<=`` when
+    only the ``init_from`` one did, None when both did: no ratio)."""
+    pairs = {}
+    for r in runs:
+        pairs.setdefault((r["clip"], r["seed"]), {})[r.get("start", "scratch")] = r[
+            "time_to_first_success_s"
+        ]
+    rows, budget = [], minutes * 60.0
+    for (clip, seed), p in pairs.items():
+        if "scratch" not in p or "init_from" not in p:
+            continue
+        a, b = p["scratch"], p["init_from"]
+        if a is None and b is None:
+            rows.append({"clip": clip, "seed": seed, "ratio": None, "bound": None})
+            continue
+        bound = ">=" if a is None else "<=" if b is None else "="
+        ratio = (budget if a is None else a) / max(budget if b is None else b, 1e-9)
+        rows.append({"clip": clip, "seed": seed, "ratio": ratio, "bound": bound})
+    ratios = [r["ratio"] for r in rows if r["ratio"] is not None]
+    return {"pairs": rows, "median": float(np.median(ratios)) if ratios else None}
 
 
 def _fmt(x, spec: str = ".1f") -> str:
@@ -192,7 +240,8 @@ def _table(result: dict) -> Table:
     table = Table(
         title=f"learning: {result['minutes']:g} min per run, last checkpoint, deterministic"
     )
-    cols = ("clip", "seed", "first success (min)", "final success", "2D err (px)", "max 2D err (px)",
+    starts = any("init_from" == r.get("start") for r in result["runs"])
+    cols = ("clip", "seed", *(("start",) if starts else ()), "first success (min)", "final success", "2D err (px)", "max 2D err (px)",
             "MPJPE (mm)", "jitter (m/s^3)", "reference jitter", "jitter / ref")  # fmt: skip
     ball = any(k in r for r in result["runs"] for k in OBJECT_KEYS)
     if ball:
@@ -201,7 +250,8 @@ def _table(result: dict) -> Table:
         table.add_column(c, justify="left" if c == "clip" else "right")
     for r in result["runs"]:
         t = r["time_to_first_success_s"]
-        table.add_row(r["clip"], str(r["seed"]), _fmt(None if t is None else t / 60, ".2f"),
+        table.add_row(r["clip"], str(r["seed"]), *((r.get("start", "scratch"),) if starts else ()),
+                      _fmt(None if t is None else t / 60, ".2f"),
                       "yes" if r["final_success"] else "no", _fmt(r["error_2d_px"]), _fmt(r["max_error_2d_px"]),
                       _fmt(r["mpjpe_mm"]), _fmt(r["jitter"]), _fmt(r["reference_jitter"]),
                       _fmt(r["jitter_ratio"], ".2f"),
@@ -291,6 +341,17 @@ def bench_learn_command(
     override: list[str] = typer.Option(
         [], "--override", "-o", help="Tracker config override (repeatable)."
     ),
+    init_from: str = typer.Option(
+        "",
+        "--init-from",
+        help="Also train every clip x seed from these weights (a checkpoint or run dir, "
+        "e.g. a distilled student) and compare times to first success.",
+    ),
+    init_override: list[str] = typer.Option(
+        list(INIT_OVERRIDES),
+        "--init-override",
+        help="Overrides of the --init-from runs only (repeatable).",
+    ),
     json_out: JsonOption = None,
 ) -> None:
     """Time to first success and the last checkpoint's metrics per clip and seed."""
@@ -314,10 +375,16 @@ def bench_learn_command(
     ):  # a used or unwritable run dir: one line
         try:
             result = bench_learn(names, minutes, seeds, out_dir, eval_every or None, override,
-                                 first_seed=first_seed, on_run=save_so_far)  # fmt: skip
+                                 first_seed=first_seed, on_run=save_so_far, init_from=init_from or None,
+                                 init_overrides=init_override)  # fmt: skip
         except RunConfigError as e:  # errors while training keep their own type and trace
             raise typer.BadParameter(str(e)) from e
     human_console(json_out).print(_table(result))
+    if result.get("speedup"):
+        sp = result["speedup"]
+        med = "-" if sp["median"] is None else f"{sp['median']:.2f}x"
+        human_console(json_out).print(f"time to first success, scratch / init_from: median {med} over "
+                                      f"{len(sp['pairs'])} clip x seed pair(s)")  # fmt: skip
     if png:
         plot_curves(result, png)
         result["png"] = str(png)

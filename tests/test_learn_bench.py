@@ -98,3 +98,47 @@ def test_bench_learn_reports_finished_runs_when_a_later_run_fails(tmp_path, monk
     saved = json.loads(out.read_text())
     assert [r["seed"] for r in saved["runs"]] == [0] and saved["runs"][0]["max_error_2d_px"] == 42.0
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_speedups_pair_scratch_and_init_from_runs_and_bound_the_failures():
+    from mimic2dm.learn_bench import speedups
+
+    runs = [
+        {"clip": "a", "seed": 0, "start": "scratch", "time_to_first_success_s": 300.0},
+        {"clip": "a", "seed": 0, "start": "init_from", "time_to_first_success_s": 60.0},
+        {"clip": "b", "seed": 0, "start": "scratch", "time_to_first_success_s": None},
+        {"clip": "b", "seed": 0, "start": "init_from", "time_to_first_success_s": 100.0},
+        {"clip": "c", "seed": 1, "start": "scratch", "time_to_first_success_s": None},
+        {"clip": "c", "seed": 1, "start": "init_from", "time_to_first_success_s": None},
+    ]
+    sp = speedups(runs, minutes=10.0)
+    assert [(p["clip"], p["bound"]) for p in sp["pairs"]] == [("a", "="), ("b", ">="), ("c", None)]
+    assert sp["pairs"][0]["ratio"] == 5.0 and sp["pairs"][1]["ratio"] == 6.0  # b: the 600 s budget
+    assert sp["median"] == 5.5
+
+
+@pytest.mark.skipif(not (MOCAP / "cmu_walk.npz").is_file(), reason="shared mocap missing")
+def test_bench_learn_init_from_trains_each_clip_from_scratch_and_from_the_weights(tmp_path):
+    """`--init-from` runs every clip x seed twice; the second starts from the given weights
+    at the fine-tuning learning rate, and the JSON pairs them."""
+    from mimic2dm.utils.checkpoint import load_checkpoint
+
+    out = tmp_path / "learn.json"
+    common = ["-o", "train.num_envs=8", "-o", "train.horizon_length=8", "-o", "train.minibatch_size=32",
+              "-o", "logger.tensorboard=false", "-o", "train.network.encoder_units=[64]",
+              "-o", "train.network.head_units=[32,32]"]  # fmt: skip
+    first = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--minutes", "0.05", "--eval-every", "100",
+                                     "--out-dir", str(tmp_path / "a"), *common])  # fmt: skip
+    assert first.exit_code == 0, first.output
+    src = next((tmp_path / "a").iterdir())
+    res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--minutes", "0.05", "--eval-every", "100",
+                                   "--out-dir", str(tmp_path / "b"), "--init-from", str(src), "--json", str(out),
+                                   *common])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rep = json.loads(out.read_text())
+    assert [r["start"] for r in rep["runs"]] == ["scratch", "init_from"]
+    assert rep["init_from"] == str(src) and len(rep["speedup"]["pairs"]) == 1
+    init_cfg = load_checkpoint(rep["runs"][1]["checkpoint"])["meta"]["config"]
+    assert init_cfg["init_from"] == str(src) and init_cfg["train"]["learning_rate"] == 1e-4
+    assert load_checkpoint(rep["runs"][0]["checkpoint"])["meta"]["config"]["init_from"] is None
+    assert "time to first success, scratch / init_from" in res.output
