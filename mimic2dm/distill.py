@@ -261,6 +261,9 @@ class Distiller:
         )
         tc = run.train
         self.gamma, self.lam = float(tc.gamma), float(tc.tau)
+        self.collect_threads = int(tc.collect_threads)
+        if tc.torch_threads:
+            torch.set_num_threads(int(tc.torch_threads))  # the update's, as in training
         layout = {k: v for k, v in vec_env.obs_layout().items() if k != "privileged"}
         A = int(vec_env.get_env_info()["action_space"].shape[0])
         params = rl_games_params(
@@ -349,9 +352,18 @@ class Distiller:
         )
 
     # ------------------------------------------------------------------ the loop
-    @torch.no_grad()
     def collect(self, beta: float) -> dict:
-        """One iteration's rollout; the labelled samples go into the buffer."""
+        """One iteration's rollout on ``train.collect_threads`` torch threads (a second one
+        spins and slows the engine, docs/training.md); the labelled samples go into the buffer."""
+        n = torch.get_num_threads()
+        torch.set_num_threads(self.collect_threads or n)
+        try:
+            return self._collect(beta)
+        finally:
+            torch.set_num_threads(n)
+
+    @torch.no_grad()
+    def _collect(self, beta: float) -> dict:
         from mimic2dm.tasks.stats import StepStats
 
         T, N = self.dc.steps, self.N

@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "control": 7,
     "compare": 7,
     "imitate": 7,
+    "distill": 7,
 }
 APP_LAYER = 7
 
