@@ -87,7 +87,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
 SHAPE_KEYS = (
     "train.num_envs", "train.env_groups", "train.network.encoder_units", "train.network.head_units",
     "train.network.separate_critic", "train.network.learn_sigma", "task.name", "task.num_views",
-    "task.num_future", "task.objects", "character.name", "ray.enabled", "ray.envs_per_actor", "data.clips",
+    "task.num_future", "task.objects", "character.name", "ray.enabled", "ray.envs_per_actor", "data.clips", "data.select",
 )  # fmt: skip
 """Settings a resume cannot change: the checkpoint holds tensors shaped by them (network
 layers, one state per env, ASI buffers per clip frame, the episodes' views)."""

@@ -228,3 +228,32 @@ def test_bench_corpus_reports_every_window_and_camera(tmp_path: Path, tiny_check
     assert (views / "cmu_run.npz").stat().st_mtime_ns == stamp
     res = invoke("bench", "corpus", tiny_checkpoint, "--manifest", man, "--windows", "nope")
     assert res.exit_code == 1 and "nope" in res.output
+
+
+def test_data_select_keeps_the_named_windows_and_refuses_a_pattern_that_matches_none():
+    """`data.select` (fnmatch patterns over window names) picks a part of the corpus, e.g. one
+    expert's clips in a Hydra sweep over lists; a typo is one error naming the pattern."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from mimic2dm.app.data import clip_entries
+    from mimic2dm.train import compose_config
+    from mimic2dm.utils.validate import ConfigError
+
+    cfg = compose_config(["data=corpus", "data.select=[humanoid3d_walk*,cmu_walk]"])
+    assert [e["file"] for e in clip_entries(cfg.data)] == [
+        "corpus/humanoid3d_walk.npz",
+        "corpus/cmu_walk.npz",
+    ]
+    cfg = compose_config(["data=corpus", "data.select=humanoid3d_long_walk1@*"])
+    assert len(clip_entries(cfg.data)) == 4  # 32.8 s in 10 s windows
+    with pytest.raises(ConfigError, match="data.select=.*'humanoid3d_wakl' matches none of the 97"):
+        clip_entries(
+            compose_config(["data=corpus", "data.select=[humanoid3d_walk,humanoid3d_wakl]"]).data
+        )
+    sweep = OverridesParser.create().parse_overrides(
+        ["data.select=[humanoid3d_walk*,cmu_walk],[sie_*_run_left*]"]
+    )[0]
+    assert list(sweep.sweep_string_iterator()) == [
+        "[humanoid3d_walk*,cmu_walk]",
+        "[sie_*_run_left*]",
+    ]

@@ -149,7 +149,36 @@ def clip_entries(data_cfg: Mapping) -> list[dict]:
                 f"data.clips[{i}].file", entry.get("file"), "a 2D-motion file path (or a folder)"
             )
         out.append(dict(entry))
-    return out
+    return select_entries(out, data_cfg.get("select"))
+
+
+def entry_name(entry: Mapping) -> str:
+    """A ``data.clips`` entry's name: its recipe's ``labels.window`` (the corpus's window
+    names), else its file's stem."""
+    labels = (entry.get("make") or {}).get("labels") or {}
+    return str(labels.get("window") or Path(str(entry["file"])).stem)
+
+
+def select_entries(entries: list[dict], patterns) -> list[dict]:
+    """The entries whose :func:`entry_name` matches one of ``patterns`` (``data.select``:
+    fnmatch patterns; None keeps all).
+
+    Raises:
+        ConfigError: a pattern that matches no entry (naming it and a few names).
+    """
+    if patterns is None:
+        return entries
+    from fnmatch import fnmatchcase
+
+    patterns = [patterns] if isinstance(patterns, str) else [str(p) for p in patterns]
+    names = [entry_name(e) for e in entries]
+    for p in patterns:
+        if not any(fnmatchcase(n, p) for n in names):
+            raise ConfigError("data.select", patterns, f"patterns that each match a clip; {p!r} matches none of the "
+                              f"{len(names)} ({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})")  # fmt: skip
+    return [
+        e for e, n in zip(entries, names, strict=True) if any(fnmatchcase(n, p) for p in patterns)
+    ]
 
 
 def prepare_data(data_cfg: Mapping, run_dir: str | Path) -> list[str]:

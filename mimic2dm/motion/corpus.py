@@ -316,6 +316,9 @@ def corpus_yaml(manifest: dict[str, Any]) -> str:
         "# manifest (sources, windows, weights, licences, evaluation cameras): conf/data/corpus_manifest.json.",  # fmt: skip
         "# sie/ clips are CC BY-NC 4.0 (non-commercial). Train with cameras drawn per episode:",
         "#   mimic2dm-train data=corpus task.view_mode=virtual ...",
+        "# and a part of it (window names, fnmatch patterns; e.g. experts: a Hydra sweep over groups):",
+        "#   mimic2dm-train -m task=tracking3d data=corpus 'data.select=[humanoid3d_walk*,cmu_walk],[sie_*_run_left*]'",
+        "select: null",
         "clips:",
     ]
     lines = []
