@@ -225,3 +225,25 @@ def test_bad_experts_are_one_line_errors_and_write_nothing(tmp_path, demo):
         r.stderr
     )
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_the_recipes_expert_groups_cover_every_corpus_window_once():
+    """cluster/generalist.sh trains one expert per group of `data.select` patterns: together
+    they hold every window of conf/data/corpus.yaml, none twice (a window without an expert
+    would stop the distillation)."""
+    import re
+
+    from mimic2dm.app.data import clip_entries, entry_name, select_entries
+    from mimic2dm.train import compose_config
+
+    script = (Path(__file__).resolve().parents[1] / "cluster" / "generalist.sh").read_text()
+    block = script.split("# BEGIN GROUPS")[1].split("# END GROUPS")[0]
+    groups = [g.split(",") for g in re.findall(r'"\[(.*?)\]"', block)]
+    assert len(groups) == 8
+    entries = clip_entries(compose_config(["data=corpus"]).data)
+    seen: dict[str, int] = {}
+    for i, patterns in enumerate(groups):
+        for e in select_entries(entries, patterns):
+            assert entry_name(e) not in seen, (entry_name(e), seen.get(entry_name(e)), i)
+            seen[entry_name(e)] = i
+    assert sorted(seen) == sorted(entry_name(e) for e in entries)
