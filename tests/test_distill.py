@@ -247,3 +247,41 @@ def test_the_recipes_expert_groups_cover_every_corpus_window_once():
             assert entry_name(e) not in seen, (entry_name(e), seen.get(entry_name(e)), i)
             seen[entry_name(e)] = i
     assert sorted(seen) == sorted(entry_name(e) for e in entries)
+
+
+def test_distillation_with_envs_in_ray_actors(tmp_path, demo, expert3d):
+    """`ray=local`: the envs (and their privileged part) live in two Ray actors."""
+    from rl_helpers import ensure_ray
+
+    from mimic2dm.distill import distill
+
+    ensure_ray()
+    s = distill(_distill_cfg(tmp_path / "r", [demo], [expert3d], "ray=local", "ray.num_actors=2",
+                             "distill.max_iterations=2"))  # fmt: skip
+    assert s["iterations"] == 2 and s["samples"] == 2 * 4 * 8
+    assert all(np.isfinite(h["distill/action_loss"]) for h in s["history"])
+
+
+def test_sigterm_finishes_the_iteration_with_a_checkpoint_and_exit_143(tmp_path, demo, expert3d):
+    import json
+    import os
+    import signal
+    import time
+
+    from mimic2dm.utils.checkpoint import load_checkpoint
+
+    run = tmp_path / "st"
+    cmd = [sys.executable, "-m", "mimic2dm.distill", f"run_dir={run}", "data=files", f"data.clips=[{demo}]",
+           f"experts=[{expert3d}]", *TINY, *DISTILL_TINY, "distill.max_iterations=100000", "distill.checkpoint_every=1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "WANDB_MODE": "offline"})  # fmt: skip
+    last = run / "checkpoints" / "last.pt"
+    deadline = time.monotonic() + 240
+    while not last.is_file() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-2000:]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["interrupted"] and s["signal"] == "SIGTERM"
+    assert load_checkpoint(last)["iteration"] == s["iterations"] >= 1
