@@ -516,35 +516,28 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
         ConfigError, RunDirError, ValueError, FileNotFoundError: bad settings, experts or
             run directory (one line each), before anything is written.
     """
-    from mimic2dm.app.runspec import parse_run
     from mimic2dm.rl.vecenv import make_vecenv
-    from mimic2dm.train import _prepare_data, _resume_checkpoint, _stop_on_signals, effective_config
+    from mimic2dm.train import _stop_on_signals, opened_run
     from mimic2dm.utils.checkpoint import seed_everything
     from mimic2dm.utils.config import from_mapping
-    from mimic2dm.utils.run_logging import RunLogger, save_resolved_config
-    from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run, clean_stale_temps
+    from mimic2dm.utils.run_logging import RunLogger
 
-    cfg = effective_config(cfg, resume_overrides)
-    if not cfg.get("run_dir"):
-        raise ValueError("distill(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
-    run_dir = Path(str(cfg.run_dir)).resolve()
-    run = parse_run(cfg)
-    if run.task != "tracking2d":
-        from mimic2dm.utils.validate import ConfigError
+    def check(cfg, run):
+        if run.task != "tracking2d":
+            from mimic2dm.utils.validate import ConfigError
 
-        raise ConfigError("task", run.task, "tracking2d (the student is a 2D tracker)")
-    dc = from_mapping(DistillConfig, OmegaConf.to_container(cfg.distill, resolve=True), "distill")
-    experts = load_experts(list(cfg.get("experts") or []))
-    ckpt = _resume_checkpoint(cfg)
-    check_writable(run_dir, "run_dir", is_dir=True)
-    with RunLock(run_dir):
-        if ckpt is None:
-            claim_new_run(run_dir, bool(cfg.get("overwrite")))
-        clean_stale_temps(run_dir / "checkpoints")
-        spec = _prepare_data(cfg, run, run_dir)
-        owner = expert_of_clips(experts, list(spec.data))
-        if ckpt is None:
-            save_resolved_config(cfg, run_dir)
+            raise ConfigError("task", run.task, "tracking2d (the student is a 2D tracker)")
+        dc = from_mapping(
+            DistillConfig, OmegaConf.to_container(cfg.distill, resolve=True), "distill"
+        )
+        return dc, load_experts(list(cfg.get("experts") or []))
+
+    def check_data(spec, checked):  # every clip has an expert
+        expert_of_clips(checked[1], list(spec.data))
+
+    with opened_run(cfg, resume_overrides, "distill", check, check_data) as r:
+        cfg, run, spec, run_dir, ckpt = r.cfg, r.run, r.spec, r.run_dir, r.checkpoint
+        (dc, experts), owner = r.checked, expert_of_clips(r.checked[1], list(r.spec.data))
         seed_everything(run.seed)
         env_spec = spec.with_config(privileged_3d=True)
         lg = run.logger
@@ -563,7 +556,7 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
             if ckpt is not None:
                 agent.restore(ckpt)
             with _stop_on_signals(agent):
-                agent.run(_student_evaluator(spec, logger.run_dir))
+                agent.run(_student_evaluator(spec))
         finally:
             logger.close()
             if vec is not None:
@@ -579,7 +572,7 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
     return summary
 
 
-def _student_evaluator(spec, run_dir: Path):
+def _student_evaluator(spec):
     """``fn(policy) -> report``: the student on the first clip, deterministic, from frame 0."""
     if not spec.data:
         return None
@@ -616,21 +609,10 @@ def _app(cfg: DictConfig) -> None:
 
 def main() -> None:
     """Console entry point ``mimic2dm-distill``."""
-    from mimic2dm.train import _preflight, _raise_stopped, one_line_errors
+    from mimic2dm.train import console_main
 
-    signal.signal(signal.SIGTERM, _raise_stopped)
-    try:
-        with one_line_errors():
-            _preflight(sys.argv[1:])
-        _app()
-    except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"stopped by {signal.Signals(signum).name}", file=sys.stderr, flush=True)
-        raise SystemExit(128 + signum) from None
+    console_main(_app)
 
-
-if __name__ == "__main__":
-    main()
 
 __all__ = [
     "DistillConfig",
@@ -642,3 +624,6 @@ __all__ = [
     "load_experts",
     "main",
 ]
+
+if __name__ == "__main__":
+    main()

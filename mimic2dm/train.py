@@ -260,15 +260,45 @@ def train(
         ConfigError, MotionFormatError, RunDirError: a bad setting, clip or run directory
             (one-line messages).
     """
+    with opened_run(cfg, resume_overrides, "train") as r:
+        return _run(r.cfg, r.run, r.spec, r.run_dir, r.checkpoint, epoch_callback)
+
+
+@dataclasses.dataclass
+class OpenRun:
+    """A run whose directory :func:`opened_run` holds: its effective config, parsed config,
+    ``TaskSpec`` (data made and checked), directory, checkpoint to resume from (None: a new
+    run) and what the app's own ``check`` returned."""
+
+    cfg: DictConfig
+    run: object
+    spec: object
+    run_dir: Path
+    checkpoint: Path | None
+    checked: object = None
+
+
+@contextlib.contextmanager
+def opened_run(cfg: DictConfig, resume_overrides: Sequence[str] = (), app: str = "train",
+               check: Callable | None = None, check_data: Callable | None = None) -> Iterator[OpenRun]:  # fmt: skip
+    """The run-directory protocol of the run apps (``mimic2dm-train``, ``mimic2dm-distill``;
+    docs/training.md "Run directories"), holding the directory's lock while the body runs.
+
+    Order: the effective config (:func:`effective_config`) and its parse; the app's ``check(cfg,
+    run)`` (its own settings; the value is kept as ``checked``); the resume checkpoint; then
+    the lock, a new run's claim on the directory, the data recipes' clips made and checked,
+    ``check_data(spec, checked)``, and only then a new run's ``config.yaml``.
+    """
     from mimic2dm.app.runspec import parse_run
     from mimic2dm.utils.run_logging import save_resolved_config
     from mimic2dm.utils.rundir import RunLock, check_writable, claim_new_run, clean_stale_temps
 
     cfg = effective_config(cfg, resume_overrides)
     if not cfg.get("run_dir"):
-        raise ValueError("train(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
+        raise ValueError(f"{app}(cfg): set cfg.run_dir (the Hydra app sets it to its output dir)")
     run_dir = Path(str(cfg.run_dir)).resolve()
     run = parse_run(cfg)  # before anything is written: bad values leave no run dir
+    checked = check(cfg, run) if check is not None else None
     ckpt = _resume_checkpoint(cfg)
     check_writable(run_dir, "run_dir", is_dir=True)
     with RunLock(run_dir):
@@ -276,9 +306,11 @@ def train(
             claim_new_run(run_dir, bool(cfg.get("overwrite")))
         clean_stale_temps(run_dir / "checkpoints")
         spec = _prepare_data(cfg, run, run_dir)
+        if check_data is not None:
+            check_data(spec, checked)
         if ckpt is None:
             save_resolved_config(cfg, run_dir)
-        return _run(cfg, run, spec, run_dir, ckpt, epoch_callback)
+        yield OpenRun(cfg, run, spec, run_dir, ckpt, checked)
 
 
 def _prepare_data(cfg: DictConfig, run, run_dir: Path):
@@ -569,12 +601,20 @@ def objective_value(summary: dict, key: str) -> float | None:
 
 def main() -> None:
     """Console entry point ``mimic2dm-train``."""
+    console_main(_app)
+
+
+def console_main(app: Callable[[], object]) -> None:
+    """The console entry point of a run app (``mimic2dm-train``, ``mimic2dm-distill``): the
+    command line's run-directory checks before Hydra starts (:func:`_preflight`), then the
+    Hydra ``app``; a stop signal outside its epoch loop exits 128 + the signal, without a
+    traceback."""
     # SIGTERM before (or after) the epoch loop ends the run at once, releasing its lock
     signal.signal(signal.SIGTERM, _raise_stopped)
     try:
         with one_line_errors():
             _preflight(sys.argv[1:])
-        _app()
+        app()
     except KeyboardInterrupt as e:
         # Ctrl-C or SIGTERM before training started, or a second one: no traceback, the usual status
         signum = getattr(e, "signum", signal.SIGINT)
