@@ -122,3 +122,28 @@ def test_streaming_reference_rejects_bad_frames():
     src.push(kp)
     _, mask, root = src.keypoints(torch.zeros(2, dtype=torch.long))
     assert not mask[0, 0, 3] and mask[0, 0].sum() == 16 and torch.isfinite(root).all()
+
+
+def test_static_tracking_cameras_draw_follow_and_static_views_alike_often():
+    """`task.camera_mode=static_tracking`: each episode's virtual view comes from a follow
+    camera (moving with the root) or a static one, about half each; the task's config accepts it."""
+    import dataclasses
+
+    import numpy as np
+
+    from mimic2dm.characters.demo_clip import make_demo_clip
+
+    _, m2 = make_demo_clip(seconds=2.0)
+    walk = np.linspace(0.0, 2.0, len(m2.keypoints3d))[:, None, None] * np.array([1.0, 0.0, 0.0])
+    m2 = dataclasses.replace(
+        m2, keypoints3d=(m2.keypoints3d + walk).astype(np.float32)
+    )  # the root moves 2 m
+    lib = ReferenceLibrary([clip_from_motion(m2, 30.0, "c")], m2.keypoint_set, view_mode="virtual",
+                           camera_mode="static_tracking")  # fmt: skip
+    views = lib.episode_views(torch.zeros(200, dtype=torch.long), torch.Generator().manual_seed(0))
+    n = lib.lengths[0]
+    moving = (views.cam_t[:, 0, :n] - views.cam_t[:, 0, :1]).abs().amax(dim=(1, 2)) > 1e-4
+    assert 70 <= int(moving.sum()) <= 130, int(moving.sum())
+    assert TrackingConfig(camera_mode="static_tracking").camera_mode == "static_tracking"
+    with pytest.raises(Exception, match="task.camera_mode='follow'"):
+        TrackingConfig(camera_mode="follow")

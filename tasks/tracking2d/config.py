@@ -24,7 +24,8 @@ class TrackingConfig(ReferenceConfig):
         tau_term: reprojection termination: max masked error > ``tau_term`` x image height.
         view_mode: ``clip`` | ``virtual`` | ``mixed`` (virtual and mixed need clips with 3D
             keypoints) | ``auto`` (virtual views for the clips with 3D, own views for the others).
-        camera_mode: ``static`` | ``tracking`` | ``dynamic`` (virtual cameras).
+        camera_mode: ``static`` | ``tracking`` | ``dynamic`` | ``static_tracking`` (each
+            view static or tracking, even odds) (virtual cameras).
         camera: virtual camera sampling ranges.
         reward: term scales and sharpness; asi: adaptive state initialisation.
         initial_level_feet: fitted 3D poses get flat feet (``retarget.level_feet``): the
@@ -47,13 +48,14 @@ class TrackingConfig(ReferenceConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from mimic2dm.geometry.virtual import CAMERA_MODES
+        from mimic2dm.tasks.tracking2d.reference import TASK_CAMERA_MODES
+
         from mimic2dm.utils.validate import check, check_choice
 
         check("task.num_views", self.num_views, ge=1, integer=True)
         check("task.tau_term", self.tau_term, gt=0)
         check_choice("task.view_mode", self.view_mode, VIEW_MODES)
-        check_choice("task.camera_mode", self.camera_mode, CAMERA_MODES)
+        check_choice("task.camera_mode", self.camera_mode, TASK_CAMERA_MODES)
 
 
 def upgrade_spec(old: dict) -> dict:

@@ -30,6 +30,9 @@ from mimic2dm.motion.synth import resample
 
 #: where episode references come from (``ReferenceLibrary``; ``task.view_mode``)
 VIEW_MODES = ("clip", "virtual", "mixed", "auto")
+TASK_CAMERA_MODES = ("static", "tracking", "dynamic", "static_tracking")
+"""Virtual camera modes of the task: those of :func:`mimic2dm.geometry.virtual.sample_camera`,
+and ``static_tracking``: each view static or tracking (follow camera), even odds."""
 
 
 @dataclass
@@ -346,10 +349,10 @@ class ReferenceLibrary:
             clip.image_height[view],
         )
 
-    def _virtual_view(self, clip: Clip, gen: torch.Generator):
+    def _virtual_view(self, clip: Clip, gen: torch.Generator, mode: str | None = None):
         kp3d = clip.keypoints3d
         root3d = kp3d[:, list(self.kset.root)].mean(1)
-        cam = sample_camera(root3d, self.camera_mode, gen, self.camera_config)
+        cam = sample_camera(root3d, mode or self.camera_mode, gen, self.camera_config)
         R, t, k = cam.params(torch.arange(clip.num_frames))
         uv, depth = project_points(R, t, k, kp3d)
         mask = depth > MIN_DEPTH
@@ -402,19 +405,25 @@ class ReferenceLibrary:
             draw = torch.ones(E, V, dtype=torch.bool)
         if self.view_mode == "auto":
             draw &= self.has_3d[clip_ids.cpu()][:, None]
-        if (
-            self.camera_mode == "tracking"
-        ):  # batched per clip: resets are frequent early in training
-            for c in clip_ids[draw.any(1)].unique().tolist():
-                e, v = torch.nonzero(draw & (clip_ids == c)[:, None], as_tuple=True)
-                self._draw_tracking(out, self.clips[c], e, v, gen)
+        mode = self.camera_mode
+        if mode == "static_tracking":  # per view: a follow camera or a static one
+            follow = draw & (torch.rand(E, V, generator=gen) < 0.5)
+            draw, mode = draw & ~follow, "static"
+        else:
+            follow = draw if mode == "tracking" else torch.zeros_like(draw)
+            draw = draw & ~follow
+        # tracking cameras batched per clip: resets are frequent early in training
+        for c in clip_ids[follow.any(1)].unique().tolist():
+            e, v = torch.nonzero(follow & (clip_ids == c)[:, None], as_tuple=True)
+            self._draw_tracking(out, self.clips[c], e, v, gen)
+        if not bool(draw.any()):
             return
         for e, c in enumerate(clip_ids.tolist()):
             clip = self.clips[c]
             for v in range(V):
                 if not draw[e, v]:
                     continue
-                uv, mask, R, t, k, h = self._virtual_view(clip, gen)
+                uv, mask, R, t, k, h = self._virtual_view(clip, gen, mode)
                 n = clip.num_frames
                 out.uv[e, v, :n], out.mask[e, v, :n] = uv, mask
                 out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n] = R, t, k
