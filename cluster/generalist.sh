@@ -3,7 +3,8 @@
 # (one Hydra sweep: basic launcher here, `LAUNCHER=submitit_slurm` or `ray_cluster` on a
 # cluster, where the experts train in parallel), DAgger distillation of the experts into one
 # view-agnostic 2D student, its evaluation over every corpus window x 8 held-out cameras, and
-# PPO fine-tuning from the student against training from scratch on one clip.
+# PPO fine-tuning from the student against training from scratch on one clip and on two real
+# clips outside the corpus (through `mimic2dm imitate`), and the student zero-shot on them.
 #   cluster/generalist.sh [OUT=runs/generalist] [EXPERT_SECONDS=1800] [DISTILL_SECONDS=3600] [FINETUNE_MINUTES=10]
 # On the 2-core machine the experts run one after another: 8 x EXPERT_SECONDS, then the
 # distillation, the evaluation (776 window x camera rollouts) and 2 x FINETUNE_MINUTES.
@@ -48,4 +49,15 @@ mimic2dm bench corpus "$OUT/student" --out "$OUT/bench_corpus" --json "$OUT/benc
 # 4. fine-tuning from the student against training from scratch (time to first success)
 mimic2dm bench learn --clips cmu_hop --minutes "$FINETUNE_MINUTES" --init-from "$OUT/student" \
   --out-dir "$OUT/finetune" --json "$OUT/finetune.json"
-echo "generalist in $OUT: experts/0-$((${#GROUPS_LIST[@]} - 1)), student, bench_corpus.json, finetune.json"
+
+# 5. real clips outside the corpus (Penn Action squat 1807 and tennis serve 2218, in ../shared):
+#    imitate's chain from scratch and from the student, and the student zero-shot on its preprocessing
+SHARED=${MIMIC2DM_SHARED:-$(dirname "$0")/../../shared}
+for id in 1807 2218; do
+  mimic2dm data import-penn "$SHARED/data/video2d/penn_action/$id.mat" --out "$OUT/real/penn_$id.npz"
+  mimic2dm imitate "$OUT/real/penn_$id.npz" --out "$OUT/real/scratch_$id" --minutes "$FINETUNE_MINUTES"
+  mimic2dm imitate "$OUT/real/penn_$id.npz" --out "$OUT/real/student_$id" --minutes "$FINETUNE_MINUTES" \
+    --override "init_from=$OUT/student" --override train.learning_rate=1e-4
+  mimic2dm eval "$OUT/student" --data "$OUT/real/scratch_$id/preprocess/penn_$id.npz" --json "$OUT/real/zero_shot_$id.json"
+done
+echo "generalist in $OUT: experts/0-$((${#GROUPS_LIST[@]} - 1)), student, bench_corpus.json, finetune.json, real/"
