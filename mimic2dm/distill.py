@@ -288,6 +288,7 @@ class Distiller:
         self.iteration, self.samples, self.train_seconds_before = 0, 0, 0.0
         self.stop_requested, self.stop_signal = False, None
         self.history: list[dict] = []
+        self._t0: float | None = None  # start of this process's loop (run)
         self._obs = None
         self.gen = torch.Generator().manual_seed(int(cfg.seed))
 
@@ -348,7 +349,7 @@ class Distiller:
 
     def train_seconds(self) -> float:
         return self.train_seconds_before + (
-            time.perf_counter() - self._t0 if hasattr(self, "_t0") else 0.0
+            time.perf_counter() - self._t0 if self._t0 is not None else 0.0
         )
 
     # ------------------------------------------------------------------ the loop
@@ -533,11 +534,11 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
         return dc, load_experts(list(cfg.get("experts") or []))
 
     def check_data(spec, checked):  # every clip has an expert
-        expert_of_clips(checked[1], list(spec.data))
+        return (*checked, expert_of_clips(checked[1], list(spec.data)))
 
     with opened_run(cfg, resume_overrides, "distill", check, check_data) as r:
         cfg, run, spec, run_dir, ckpt = r.cfg, r.run, r.spec, r.run_dir, r.checkpoint
-        (dc, experts), owner = r.checked, expert_of_clips(r.checked[1], list(r.spec.data))
+        dc, experts, owner = r.checked
         seed_everything(run.seed)
         env_spec = spec.with_config(privileged_3d=True)
         lg = run.logger

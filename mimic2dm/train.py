@@ -287,7 +287,8 @@ def opened_run(cfg: DictConfig, resume_overrides: Sequence[str] = (), app: str =
     Order: the effective config (:func:`effective_config`) and its parse; the app's ``check(cfg,
     run)`` (its own settings; the value is kept as ``checked``); the resume checkpoint; then
     the lock, a new run's claim on the directory, the data recipes' clips made and checked,
-    ``check_data(spec, checked)``, and only then a new run's ``config.yaml``.
+    ``check_data(spec, checked)`` (its value replaces ``checked``), and only then a new
+    run's ``config.yaml``.
     """
     from mimic2dm.app.runspec import parse_run
     from mimic2dm.utils.run_logging import save_resolved_config
@@ -307,7 +308,7 @@ def opened_run(cfg: DictConfig, resume_overrides: Sequence[str] = (), app: str =
         clean_stale_temps(run_dir / "checkpoints")
         spec = _prepare_data(cfg, run, run_dir)
         if check_data is not None:
-            check_data(spec, checked)
+            checked = check_data(spec, checked)
         if ckpt is None:
             save_resolved_config(cfg, run_dir)
         yield OpenRun(cfg, run, spec, run_dir, ckpt, checked)

@@ -129,6 +129,7 @@ class ClipReference(ReferenceSource):
         self.clip = torch.zeros(num_envs, dtype=torch.long, device=self.device)
         self.views: EpisodeViews | None = None
         self.initial_state_sources: list[str] = []  # per clip, set by initial_states()
+        self._kp3d: torch.Tensor | None = None  # [C, Tmax, K, 3] padded 3D keypoints, on first use
 
     @property
     def num_start_frames(self) -> int:
@@ -202,7 +203,7 @@ class ClipReference(ReferenceSource):
         Raises:
             ValueError: a clip has no 3D keypoints (naming it).
         """
-        if getattr(self, "_kp3d", None) is None:
+        if self._kp3d is None:
             missing = [c.name for c in self.lib.clips if c.keypoints3d is None]
             if missing:
                 raise ValueError(f"task.privileged_3d needs clips with 3D keypoints; {', '.join(missing)} have none")  # fmt: skip
