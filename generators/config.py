@@ -117,7 +117,9 @@ class AppConfig:
     eval: GenEvalConfig | None = None
 
 
-def _check_run(cfg: DictConfig) -> None:
+def check_run(cfg: DictConfig) -> None:
+    """Check the keys every generator app shares: ``logger``, ``seed``, ``threads`` and
+    ``keep_checkpoints``."""
     parse(LoggerConfig, cfg.logger, "logger")
     check("seed", cfg.seed, ge=0, integer=True)
     check("threads", cfg.get("threads", 0), ge=0, integer=True)
@@ -155,7 +157,7 @@ def validate(cfg: DictConfig, app: str) -> AppConfig:
     Raises:
         ConfigError: the first value out of range, naming its key and what is allowed.
     """
-    _check_run(cfg)
+    check_run(cfg)
     _check_gen_data(cfg.gen_data)
     optim = parse(OptimConfig, cfg.optim, "optim")
     if app == "tokenizer":

@@ -130,7 +130,7 @@ def open_run(cfg: DictConfig, kind: str) -> Run:
     return Run(run_dir, None, ckpt, state, gen, kind, cfg, lock)
 
 
-def _start_logging(run: Run) -> None:
+def start_logging(run: Run) -> None:
     """Write the run's config and open its loggers: once its data has passed every check
     (:func:`load_data`), so that a bad dataset leaves no ``config.yaml``, ``tb/`` or ``wandb/``."""
     cfg, kind = run.cfg, run.kind
@@ -375,5 +375,5 @@ def load_data(run: Run) -> tuple[ClipSet, ClipSet, FeatureStats]:
         raise ConfigError(
             "gen_data", str(run.cfg.gen_data.get("dir")), f"clips that can be trained on: {e}"
         ) from None
-    _start_logging(run)
+    start_logging(run)
     return clips, held, stats

@@ -23,7 +23,7 @@ import hydra
 import torch
 from hydra.experimental.callback import Callback
 from mimic2dm.generators import runs
-from mimic2dm.generators.config import AppConfig, TrainConfig, _check_run, parse
+from mimic2dm.generators.config import AppConfig, TrainConfig, check_run, parse
 from mimic2dm.generators.optim import OptimConfig
 from mimic2dm.generators.rsmt import data as rdata
 from mimic2dm.generators.rsmt import phase as rphase
@@ -68,7 +68,7 @@ DERIVED = {
 
 def validate(cfg: DictConfig) -> tuple[TrainConfig, OptimConfig]:
     """Check the config before anything is written (one-line :class:`ConfigError`)."""
-    _check_run(cfg)
+    check_run(cfg)
     part = cfg.part
     if part not in PARTS:
         raise ConfigError("part", part, "one of " + ", ".join(PARTS))
@@ -152,7 +152,7 @@ def train(cfg: DictConfig) -> dict:
         raise ConfigError("rsmt_data", corpus_cfg.name, f"clips that can be read: {e}") from None
     if not held.clips:
         held = train_set
-    runs._start_logging(run)
+    runs.start_logging(run)
     job = JOBS[part](cfg, run, train_set, held, up, tr)
     extra = {"model_config": asdict(job.mcfg), "styles": train_set.styles, "corpus": train_set.summary(),
              "held_out": [c.name for c in held.clips], **up, **job.extra}  # fmt: skip
