@@ -242,7 +242,7 @@ class Distiller:
     """The DAgger loop over a vecenv (see the module docstring).
 
     ``stop_requested`` / :meth:`request_stop` / ``epoch_num`` are what
-    :func:`mimic2dm.train._stop_on_signals` uses.
+    :func:`mimic2dm.train.stop_on_signals` uses.
     """
 
     def __init__(self, cfg: DictConfig, dc: DistillConfig, run, spec, vec_env, labeller: Labeller, run_dir: Path,
@@ -518,7 +518,7 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
             run directory (one line each), before anything is written.
     """
     from mimic2dm.rl.vecenv import make_vecenv
-    from mimic2dm.train import _stop_on_signals, opened_run
+    from mimic2dm.train import opened_run, stop_on_signals
     from mimic2dm.utils.checkpoint import seed_everything
     from mimic2dm.utils.config import from_mapping
     from mimic2dm.utils.run_logging import RunLogger
@@ -556,7 +556,7 @@ def distill(cfg: DictConfig, resume_overrides=()) -> dict:
             )
             if ckpt is not None:
                 agent.restore(ckpt)
-            with _stop_on_signals(agent):
+            with stop_on_signals(agent):
                 agent.run(_student_evaluator(spec))
         finally:
             logger.close()

@@ -356,7 +356,7 @@ def _run(cfg: DictConfig, run, spec, run_dir: Path, ckpt: Path | None, epoch_cal
             if ckpt is not None:
                 save_resolved_config(cfg, run_dir)  # the resumed run has started: its config now
             if agent.epoch_num < tc.max_epochs:
-                with _stop_on_signals(agent):
+                with stop_on_signals(agent):
                     agent.train()
     except CheckpointWriteError as e:
         raise RunDirError(_write_failure(e, run_dir)) from None
@@ -455,7 +455,7 @@ class Stopped(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _stop_on_signals(agent) -> Iterator[None]:
+def stop_on_signals(agent) -> Iterator[None]:
     """First SIGINT / SIGTERM: finish the epoch, save and stop (:meth:`TrackerAgent.request_stop`);
     a second one raises :class:`Stopped` at once. Only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
