@@ -185,7 +185,7 @@ def save_cmu_clip(path: Path, motion, meta: dict) -> None:
     import numpy as np
     from mimic2dm.generators.rsmt import features as F
 
-    from mimic2dm.motion.format import _atomic_savez
+    from mimic2dm.motion.format import atomic_savez
 
     clip = F.to_mocap(motion)
     arrays = {
@@ -198,7 +198,7 @@ def save_cmu_clip(path: Path, motion, meta: dict) -> None:
         "global_positions": F.positions(motion).numpy().astype(np.float32),
     }
     arrays |= {k: np.array("" if v is None else v) for k, v in meta.items()}
-    _atomic_savez(path, arrays)
+    atomic_savez(path, arrays)
 
 
 def keypoints3d(motion, out: Path | None):

@@ -469,7 +469,7 @@ def camera_arrays(cameras: list[Camera], num_frames: int) -> dict[str, np.ndarra
 
 
 # ----------------------------------------------------------------------------- disk IO
-def _atomic_savez(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+def atomic_savez(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     """Write ``arrays`` to ``path`` via a temp file in the same folder and ``os.replace``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -554,7 +554,7 @@ def save_motion2d(m: Motion2D, path: str | os.PathLike) -> None:
         x = getattr(m, f.name)
         if f.name not in arrays and x is not None:
             arrays[f.name] = _to_disk(x)
-    _atomic_savez(path, arrays)
+    atomic_savez(path, arrays)
 
 
 def load_motion2d(path: str | os.PathLike) -> Motion2D:
@@ -724,7 +724,7 @@ def save_motion3d(m: Motion3D, path: str | os.PathLike) -> None:
         arrays["keypoint_set"] = np.array(m.keypoint_set)
     if m.object_pos is not None:
         arrays["object_pos"] = _to_disk(m.object_pos)
-    _atomic_savez(path, arrays)
+    atomic_savez(path, arrays)
 
 
 def load_motion3d(path: str | os.PathLike) -> Motion3D:

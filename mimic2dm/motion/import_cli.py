@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from mimic2dm.motion.format import MotionFormatError, _atomic_savez, check_trackable, save_motion2d
+from mimic2dm.motion.format import MotionFormatError, atomic_savez, check_trackable, save_motion2d
 from mimic2dm.utils.cli import console, exit_on, refuse
 
 READ_ERRORS = (MotionFormatError, ValueError, KeyError, OSError)
@@ -90,7 +90,7 @@ def _save_mocap(out: Path, arrays: dict[str, np.ndarray], src: Path) -> None:
         raise MotionFormatError(
             src, "(motion)", "gives non-finite keypoints", "finite joint values"
         )
-    _atomic_savez(out, arrays)
+    atomic_savez(out, arrays)
 
 
 # options of ``import-deepmimic`` and ``import-bvh`` with long help texts
