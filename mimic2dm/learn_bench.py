@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from mimic2dm.utils.reporting import (
     library_output_to_log,
     write_json_report,
 )
+from mimic2dm.utils.rundir import RunDirError
+from mimic2dm.utils.validate import ConfigError, full_errors
 
 DEFAULT_CLIPS = ("cmu_walk", "cmu_run", "cmu_hop")
 CLIP_OVERRIDES = {
@@ -166,11 +169,17 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
     override fails at once, not after the runs before it. Configs are composed from
     ``conf/`` then: editing it during the benchmark does not change the later runs.
 
+    A run whose training or evaluation raises (e.g. :class:`~mimic2dm.rl.agent.TrainingDiverged`)
+    is recorded as a failure (:func:`failed_run`: never succeeded, its ``error`` the exception's
+    type and message) and the next runs go on. A :class:`ConfigError` or
+    :class:`~mimic2dm.utils.rundir.RunDirError` (which every run would repeat) and an
+    interrupt (SIGINT / SIGTERM) still end the benchmark.
+
     Args:
         eval_every: training seconds between evaluations (default: ``minutes * 60 / 30``, >= 5 s).
         on_run: called with the result so far (the same dict this returns, ``runs`` holding
-            the finished runs) after each run; the command writes its JSON there, so a later
-            run that fails loses nothing already measured.
+            the finished runs) after each run; the command writes its JSON there, so a run
+            that ends the benchmark loses nothing already measured.
     """
     every = eval_every if eval_every is not None else max(5.0, minutes * 60 / 30)
     stamp = time.strftime("%Y-%m-%d_%H-%M-%S")
@@ -197,14 +206,34 @@ def bench_learn(clips=DEFAULT_CLIPS, minutes: float = 15.0, seeds: int = 1, out_
     if init_from:
         result["init_from"] = str(init_from)
     for c, s, start, ov, run_dir, cfg in plan:
-        result["runs"].append(
-            {**learn_one(c, s, minutes, run_dir, every, ov, cfg=cfg), "start": start}
-        )
+        try:
+            row = learn_one(c, s, minutes, run_dir, every, ov, cfg=cfg)
+        except (ConfigError, RunDirError):  # the command's own mistake: every run would repeat it
+            raise
+        except Exception as e:
+            if full_errors():
+                traceback.print_exc()
+            print(f"bench learn: clip {c!r}, seed {s} ({start}) failed, continuing: "
+                  f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)  # fmt: skip
+            row = failed_run(c, s, minutes, run_dir, e)
+        result["runs"].append({**row, "start": start})
         if init_from:
             result["speedup"] = speedups(result["runs"], minutes)
         if on_run is not None:
             on_run(result)
     return result
+
+
+def failed_run(clip: str, seed: int, minutes: float, run_dir: Path, error: BaseException) -> dict:
+    """The row of a run whose training or evaluation raised ``error``: it never succeeded, its
+    metrics are None and ``error`` holds the exception's type and message."""
+    return {
+        "clip": clip, "seed": seed, "minutes": minutes, "run_dir": str(run_dir), "checkpoint": None,
+        "epochs": None, "frames": None, "time_to_first_success_s": None, "final_success": False,
+        "success_rate": None, "error_2d_px": None, "max_error_2d_px": None, "mpjpe_mm": None,
+        "jitter": None, "reference_jitter": None, "jitter_ratio": None, "initial_state": None,
+        "evals": [], "curve": [], "error": f"{type(error).__name__}: {error}",
+    }  # fmt: skip
 
 
 def speedups(runs: list[dict], minutes: float) -> dict:
@@ -252,7 +281,7 @@ def _table(result: dict) -> Table:
         t = r["time_to_first_success_s"]
         table.add_row(r["clip"], str(r["seed"]), *((r.get("start", "scratch"),) if starts else ()),
                       _fmt(None if t is None else t / 60, ".2f"),
-                      "yes" if r["final_success"] else "no", _fmt(r["error_2d_px"]), _fmt(r["max_error_2d_px"]),
+                      "failed" if r.get("error") else "yes" if r["final_success"] else "no", _fmt(r["error_2d_px"]), _fmt(r["max_error_2d_px"]),
                       _fmt(r["mpjpe_mm"]), _fmt(r["jitter"]), _fmt(r["reference_jitter"]),
                       _fmt(r["jitter_ratio"], ".2f"),
                       *((_fmt(r.get(OBJECT_KEYS[0])), _fmt(r.get(OBJECT_KEYS[1]), ".2f")) if ball else ()))  # fmt: skip

@@ -75,26 +75,69 @@ def test_bench_learn_composes_every_run_before_training_and_names_the_bad_one(tm
     assert not (tmp_path / "runs").exists() and not out.exists()
 
 
-def test_bench_learn_reports_finished_runs_when_a_later_run_fails(tmp_path, monkeypatch):
-    """The JSON is rewritten after each run: a failure in the second run keeps the first.
-    ``learn_one`` (the training) is replaced; composing the configs is real."""
+def _fake_row(clip, seed, run_dir):
+    return {"clip": clip, "seed": seed, "minutes": 0.1, "run_dir": str(run_dir), "checkpoint": "last.pt",
+            "time_to_first_success_s": 3.0, "final_success": True, "error_2d_px": 20.0,
+            "max_error_2d_px": 42.0, "mpjpe_mm": 50.0, "jitter": 5.0, "reference_jitter": 4.0,
+            "jitter_ratio": 1.25, "evals": [], "curve": []}  # fmt: skip
+
+
+def test_bench_learn_records_a_failed_run_and_goes_on_with_the_next(tmp_path, monkeypatch):
+    """A run whose training raises is a failed row (never succeeded, with its error) and the
+    runs after it still train. ``learn_one`` (the training) is replaced; composing the
+    configs is real."""
     import mimic2dm.learn_bench as lb
+    from mimic2dm.rl.agent import TrainingDiverged
 
     calls = []
 
     def fake_learn_one(clip, seed, minutes, run_dir, every, overrides, cfg=None):
         calls.append((seed, cfg.seed, Path(cfg.run_dir).name))
         if seed == 1:
-            raise RuntimeError("the machine went away")
-        return {"clip": clip, "seed": seed, "max_error_2d_px": 42.0}
+            raise TrainingDiverged("non-finite loss at epoch 7")
+        return _fake_row(clip, seed, run_dir)
+
+    monkeypatch.setattr(lb, "learn_one", fake_learn_one)
+    out, png = tmp_path / "learn.json", tmp_path / "learn.png"
+    res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--seeds", "3", "--minutes", "0.1",
+                                   "--out-dir", str(tmp_path / "runs"), "--json", str(out), "--png", str(png)],
+                             catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert [c[:2] for c in calls] == [(0, 0), (1, 1), (2, 2)]
+    assert calls[1][2].endswith("cmu_walk_seed1")
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["seed"] for r in runs] == [0, 1, 2]
+    assert "error" not in runs[0] and "error" not in runs[2] and runs[2]["max_error_2d_px"] == 42.0
+    bad = runs[1]
+    assert bad["error"] == "TrainingDiverged: non-finite loss at epoch 7"
+    assert bad["final_success"] is False and bad["time_to_first_success_s"] is None
+    assert bad["checkpoint"] is None and bad["run_dir"].endswith("cmu_walk_seed1")
+    assert "failed" in res.output and "non-finite loss" in res.output and png.is_file()
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_bench_learn_a_config_error_in_a_run_ends_it_and_keeps_the_finished_runs(
+    tmp_path, monkeypatch
+):
+    """A config error (which every later run would repeat) ends the benchmark with one line;
+    the JSON, rewritten after each run, keeps the runs before it."""
+    import mimic2dm.learn_bench as lb
+    from mimic2dm.utils.validate import ConfigError
+
+    calls = []
+
+    def fake_learn_one(clip, seed, minutes, run_dir, every, overrides, cfg=None):
+        calls.append(seed)
+        if seed == 1:
+            raise ConfigError("train.num_envs", -1, "x >= 1")
+        return _fake_row(clip, seed, run_dir)
 
     monkeypatch.setattr(lb, "learn_one", fake_learn_one)
     out = tmp_path / "learn.json"
-    with pytest.raises(RuntimeError, match="went away"):
-        CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--seeds", "2", "--minutes", "0.1",
-                                 "--out-dir", str(tmp_path / "runs"), "--json", str(out)],
-                           catch_exceptions=False)  # fmt: skip
-    assert [c[:2] for c in calls] == [(0, 0), (1, 1)] and calls[1][2].endswith("cmu_walk_seed1")
+    res = CliRunner().invoke(app, ["bench", "learn", "--clips", "cmu_walk", "--seeds", "3", "--minutes", "0.1",
+                                   "--out-dir", str(tmp_path / "runs"), "--json", str(out)])  # fmt: skip
+    assert res.exit_code == 1 and "train.num_envs" in res.output
+    assert calls == [0, 1]
     saved = json.loads(out.read_text())
     assert [r["seed"] for r in saved["runs"]] == [0] and saved["runs"][0]["max_error_2d_px"] == 42.0
     assert not list(tmp_path.glob(".*.tmp"))
