@@ -7,7 +7,12 @@ import torch
 
 from mimic2dm.geometry import rotations as rot
 from mimic2dm.geometry.camera import Camera, look_at, pixel_threshold, project_points
-from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera, sample_cameras
+from mimic2dm.geometry.virtual import (
+    VirtualCameraConfig,
+    sample_camera,
+    sample_cameras,
+    static_cameras,
+)
 from mimic2dm.motion.canonical import CanonicalMotion, body_scale, from_canonical, to_canonical
 from mimic2dm.motion.keypoint_sets import COCO17, DOG17, load_keypoint_set
 
@@ -213,6 +218,28 @@ def test_virtual_cameras_are_seeded_and_vary():
     assert len(azimuths) == 4
     with pytest.raises(ValueError, match="static, tracking, dynamic"):
         sample_camera(root, "orbit")
+
+
+def test_batched_static_cameras_are_sample_camera_draws():
+    """:func:`static_cameras` draws the cameras that as many ``sample_camera(..., "static")``
+    calls on the same generator do, the distance grown until the root path is in view
+    (a short distance range makes most of them grow)."""
+    root = walking_root()
+    cfg = VirtualCameraConfig(distance_range=(1.0, 2.0))
+    g = torch.Generator().manual_seed(3)
+    one_by_one = [sample_camera(root, "static", g, cfg) for _ in range(32)]
+    R, t, k = static_cameras(root, 32, torch.Generator().manual_seed(3), cfg)
+    assert R.shape == (32, 3, 3) and t.shape == (32, 3) and k.shape == (32, 4)
+    assert torch.allclose(R, torch.cat([c.R for c in one_by_one]), atol=1e-5)
+    assert torch.allclose(t, torch.cat([c.t for c in one_by_one]), atol=1e-4)
+    assert torch.allclose(k, torch.cat([c.intrinsics for c in one_by_one]))
+    centre = 0.5 * (root.min(0).values + root.max(0).values)
+    dist = (-torch.einsum("nji,nj->ni", R, t) - centre).norm(dim=-1)
+    assert int((dist > cfg.distance_range[1] + 1e-3).sum()) > 16  # grown
+    uv, z = project_points(R, t, k, root.expand(32, -1, 3))
+    m = cfg.margin
+    assert (z > 0.5).all() and (uv[..., 0] > m * 1920).all() and (uv[..., 0] < (1 - m) * 1920).all()
+    assert (uv[..., 1] > m * 1080).all() and (uv[..., 1] < (1 - m) * 1080).all()
 
 
 # --- canonical 2D motion ---------------------------------------------------------------

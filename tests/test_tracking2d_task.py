@@ -195,6 +195,41 @@ def test_batched_tracking_views_are_tracking_cameras_of_the_clip(demo, view_mode
     assert len(dists) == drawn  # independent cameras per env and view
 
 
+def test_batched_static_views_are_static_cameras_of_the_clip(demo):
+    """The batched ``static`` draw (one call per clip for all resetting envs) gives, per env
+    and view, one camera for all frames, aimed at the middle of the root path within the
+    ranges, and the clip's 3D keypoints projected through it."""
+    from mimic2dm.geometry.camera import project_points
+
+    m3, m2 = demo
+    cfg = VirtualCameraConfig()
+    lib = library(m2, view_mode="virtual", camera_mode="static", camera_config=cfg)
+    clip = lib.clips[0]
+    E, V, n = 16, 2, clip.num_frames
+    out = lib.episode_views(torch.zeros(E, dtype=torch.long), torch.Generator().manual_seed(3), V)
+    root3d = clip.keypoints3d[:, list(lib.kset.root)].mean(1)
+    centre = 0.5 * (root3d.min(0).values + root3d.max(0).values)
+    dists = set()
+    for e in range(E):
+        for v in range(V):
+            R, t, k = out.cam_R[e, v, :n], out.cam_t[e, v, :n], out.intrinsics[e, v, :n]
+            assert torch.equal(R, R[0].expand_as(R)) and torch.equal(t, t[0].expand_as(t))
+            assert torch.equal(k, k[0].expand_as(k))
+            assert cfg.focal_range[0] <= float(k[0, 0]) <= cfg.focal_range[1]
+            d = float((-R[0].T @ t[0] - centre).norm())
+            dists.add(round(d, 4))
+            assert d >= cfg.distance_range[0] - 1e-3
+            aim, _ = project_points(R[0], t[0], k[0], centre[None])
+            assert torch.allclose(aim[0], torch.tensor([960.0, 540.0]), atol=0.5)
+            uv, _ = project_points(R, t, k, clip.keypoints3d)
+            assert torch.allclose(out.uv[e, v, :n], uv, atol=1e-3) and bool(
+                out.mask[e, v, :n].all()
+            )
+            assert torch.allclose(out.root[e, v, :n], uv[:, list(lib.kset.root)].mean(1), atol=1e-3)
+            assert not out.obj_valid[e, v].any() and float(out.height[e]) == cfg.height
+    assert len(dists) == E * V  # independent cameras per env and view
+
+
 @pytest.mark.parametrize("camera_mode", ["static", "tracking"])
 def test_auto_views_are_virtual_only_for_clips_with_3d(demo, camera_mode):
     """``auto`` draws virtual views for the clip that has 3D keypoints and keeps the own

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mimic2dm.geometry.camera import DEG, Camera, look_at, spherical_offset
+from mimic2dm.geometry.camera import DEG, Camera, look_at, project_points, spherical_offset
 
 CAMERA_MODES = ("static", "tracking", "dynamic")
 
@@ -67,13 +67,20 @@ def _smooth(x: torch.Tensor, window: int) -> torch.Tensor:
     return torch.nn.functional.conv1d(xp.T[None], kernel, groups=x.shape[1])[0].T
 
 
+def _inside(
+    uv: torch.Tensor, z: torch.Tensor, width: int, height: int, margin: float
+) -> torch.Tensor:
+    """Which points ``uv [..., 2]`` (depth ``z [...]``) are at least ``margin`` (a fraction of
+    the image) inside a ``width`` x ``height`` image and more than 0.5 m in front of the camera."""
+    lo_u, hi_u = margin * width, (1 - margin) * width
+    lo_v, hi_v = margin * height, (1 - margin) * height
+    u, v = uv[..., 0], uv[..., 1]
+    return (u > lo_u) & (u < hi_u) & (v > lo_v) & (v < hi_v) & (z > 0.5)
+
+
 def _root_in_view(cam: Camera, root: torch.Tensor, margin: float) -> bool:
     uv, z = cam.project(root[:, None, :] if cam.is_dynamic else root[None])
-    uv, z = uv.reshape(-1, 2), z.reshape(-1)
-    lo_u, hi_u = margin * cam.width, (1 - margin) * cam.width
-    lo_v, hi_v = margin * cam.height, (1 - margin) * cam.height
-    inside = (uv[:, 0] > lo_u) & (uv[:, 0] < hi_u) & (uv[:, 1] > lo_v) & (uv[:, 1] < hi_v)
-    return bool((inside & (z > 0.5)).all())
+    return bool(_inside(uv, z, cam.width, cam.height, margin).all())
 
 
 def sample_camera(
@@ -126,6 +133,36 @@ def sample_camera(
     return Camera.look_at(eye.expand(T, 3), target, focals, cfg.width, cfg.height)
 
 
+STATIC_TRIES = 20
+"""How many distances a ``static`` camera tries (each 1.25 x the last) until the root path
+stays in view; the last one is kept if none does."""
+
+
+def _draw_ranges(
+    n: int, generator: torch.Generator, cfg: VirtualCameraConfig
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` draws of azimuth, elevation (radians), distance and focal, each uniform in its range."""
+    u = torch.rand(n, 4, generator=generator, dtype=torch.float64).float()
+    ranges = (cfg.azimuth_range_deg, cfg.elevation_range_deg, cfg.distance_range, cfg.focal_range)
+    lo = torch.tensor([r[0] for r in ranges])
+    hi = torch.tensor([r[1] for r in ranges])
+    az, el, dist, focal = (lo + (hi - lo) * u).unbind(-1)
+    return az * DEG, el * DEG, dist, focal
+
+
+def _intrinsics(focal: torch.Tensor, cfg: VirtualCameraConfig) -> torch.Tensor:
+    """``(fx, fy, cx, cy) [n, 4]`` of square pixels ``focal [n]`` centred in the image."""
+    return torch.stack(
+        [
+            focal,
+            focal,
+            torch.full_like(focal, cfg.width / 2),
+            torch.full_like(focal, cfg.height / 2),
+        ],
+        -1,
+    )
+
+
 def tracking_cameras(
     root: torch.Tensor,
     n: int,
@@ -140,35 +177,43 @@ def tracking_cameras(
     """
     cfg = config or VirtualCameraConfig()
     root = torch.as_tensor(root, dtype=torch.float32).reshape(-1, 3)
-    u = torch.rand(n, 4, generator=generator, dtype=torch.float64).float()
-    lo = torch.tensor(
-        [
-            cfg.azimuth_range_deg[0],
-            cfg.elevation_range_deg[0],
-            cfg.distance_range[0],
-            cfg.focal_range[0],
-        ]
-    )
-    hi = torch.tensor(
-        [
-            cfg.azimuth_range_deg[1],
-            cfg.elevation_range_deg[1],
-            cfg.distance_range[1],
-            cfg.focal_range[1],
-        ]
-    )
-    az, el, dist, focal = (lo + (hi - lo) * u).unbind(-1)
-    eye = root[None] + spherical_offset(az * DEG, el * DEG, dist)[:, None]  # [n, T, 3]
+    az, el, dist, focal = _draw_ranges(n, generator, cfg)
+    eye = root[None] + spherical_offset(az, el, dist)[:, None]  # [n, T, 3]
     R, t = look_at(eye, root.expand_as(eye))
-    k = torch.stack(
-        [
-            focal,
-            focal,
-            torch.full_like(focal, cfg.width / 2),
-            torch.full_like(focal, cfg.height / 2),
-        ],
-        -1,
-    )
+    return R, t, _intrinsics(focal, cfg)
+
+
+def static_cameras(
+    root: torch.Tensor,
+    n: int,
+    generator: torch.Generator,
+    config: VirtualCameraConfig | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n`` independent ``static`` cameras for one root path ``[T, 3]`` at once (the batched
+    form of :func:`sample_camera` in ``static`` mode, same ranges, for the tracker's resets):
+    each aimed at the middle of the root path, its distance grown 1.25 x at a time (at most
+    :data:`STATIC_TRIES` distances) until the whole path stays ``margin`` inside the image.
+
+    Returns:
+        ``R [n, 3, 3]``, ``t [n, 3]`` and intrinsics ``[n, 4]``.
+    """
+    cfg = config or VirtualCameraConfig()
+    root = torch.as_tensor(root, dtype=torch.float32).reshape(-1, 3)
+    az, el, dist, focal = _draw_ranges(n, generator, cfg)
+    k = _intrinsics(focal, cfg)
+    centre = 0.5 * (root.min(dim=0).values + root.max(dim=0).values)
+    R, t = torch.empty(n, 3, 3), torch.empty(n, 3)
+    todo = torch.arange(n)  # the cameras whose root path is not yet in view
+    for i in range(STATIC_TRIES):
+        eye = centre + spherical_offset(az[todo], el[todo], dist[todo])
+        R[todo], t[todo] = look_at(eye, centre.expand_as(eye))
+        if i == STATIC_TRIES - 1:
+            break
+        uv, z = project_points(R[todo], t[todo], k[todo], root.expand(todo.shape[0], -1, 3))
+        todo = todo[~_inside(uv, z, cfg.width, cfg.height, cfg.margin).all(-1)]
+        if todo.numel() == 0:
+            break
+        dist[todo] = dist[todo] * 1.25
     return R, t, k
 
 

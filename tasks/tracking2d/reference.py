@@ -16,7 +16,12 @@ import numpy as np
 import torch
 
 from mimic2dm.geometry.camera import MIN_DEPTH, Camera, project_points
-from mimic2dm.geometry.virtual import VirtualCameraConfig, sample_camera, tracking_cameras
+from mimic2dm.geometry.virtual import (
+    VirtualCameraConfig,
+    sample_camera,
+    static_cameras,
+    tracking_cameras,
+)
 from mimic2dm.motion.canonical import root_2d
 from mimic2dm.motion.format import (
     CONFIDENCE_THRESHOLD,
@@ -412,11 +417,16 @@ class ReferenceLibrary:
         else:
             follow = draw if mode == "tracking" else torch.zeros_like(draw)
             draw = draw & ~follow
-        # tracking cameras batched per clip: resets are frequent early in training
+        # tracking and static cameras batched per clip: resets are frequent early in training
         for c in clip_ids[follow.any(1)].unique().tolist():
             e, v = torch.nonzero(follow & (clip_ids == c)[:, None], as_tuple=True)
-            self._draw_tracking(out, self.clips[c], e, v, gen)
+            self._draw_batched(out, self.clips[c], e, v, gen, "tracking")
         if not bool(draw.any()):
+            return
+        if mode == "static":
+            for c in clip_ids[draw.any(1)].unique().tolist():
+                e, v = torch.nonzero(draw & (clip_ids == c)[:, None], as_tuple=True)
+                self._draw_batched(out, self.clips[c], e, v, gen, "static")
             return
         for e, c in enumerate(clip_ids.tolist()):
             clip = self.clips[c]
@@ -431,13 +441,24 @@ class ReferenceLibrary:
                 out.height[e] = h
                 out.obj_valid[e, v] = False  # the 2D object track belongs to the clip's own views
 
-    def _draw_tracking(
-        self, out: EpisodeViews, clip: Clip, e: torch.Tensor, v: torch.Tensor, gen: torch.Generator
+    def _draw_batched(
+        self,
+        out: EpisodeViews,
+        clip: Clip,
+        e: torch.Tensor,
+        v: torch.Tensor,
+        gen: torch.Generator,
+        mode: str,
     ) -> None:
-        """Fresh ``tracking`` virtual views of ``clip`` into the slots ``(e [n], v [n])`` of ``out``."""
+        """Fresh ``tracking`` or ``static`` virtual views of ``clip`` into the slots
+        ``(e [n], v [n])`` of ``out``, all drawn at once."""
         kp3d, n = clip.keypoints3d, clip.num_frames
         root3d = kp3d[:, list(self.kset.root)].mean(1)
-        R, t, k = tracking_cameras(root3d, e.shape[0], gen, self.camera_config)
+        if mode == "tracking":
+            R, t, k = tracking_cameras(root3d, e.shape[0], gen, self.camera_config)
+        else:
+            R, t, k = static_cameras(root3d, e.shape[0], gen, self.camera_config)
+            R, t = R[:, None].expand(-1, n, 3, 3), t[:, None].expand(-1, n, 3)
         k = k[:, None].expand(-1, n, 4)
         uv, depth = project_points(R, t, k, kp3d)  # [n_views, T, K, 2]
         mask = depth > MIN_DEPTH
