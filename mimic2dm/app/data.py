@@ -117,7 +117,8 @@ def _make_dribble(out: Path, recipe: Mapping, key: str = "make") -> None:
     try:
         m, _ = dribble_clip(src, views=int(recipe.get("views", 1)), seed=int(recipe.get("seed", 0)),
                             seconds=float(recipe.get("seconds", 10.0)),
-                            camera=str(recipe.get("camera", "tracking")))  # fmt: skip
+                            camera=str(recipe.get("camera", "tracking")),
+                            touch_every=int(recipe.get("touch_every", 1)))  # fmt: skip
     except (OSError, ValueError, KeyError) as e:
         raise ValueError(f"data: make.kind dribble failed for {src} ({e})") from None
     save_motion2d(m, out)

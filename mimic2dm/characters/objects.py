@@ -8,10 +8,11 @@ BALL_RADIUS = 0.11
 """FIFA size-5 football radius (m) (circumference 68-70 cm)."""
 BALL_MASS = 0.43
 """FIFA size-5 football mass (kg) (410-450 g)."""
-BALL_FRICTION = (0.7, 0.005, 0.002)
+BALL_FRICTION = (0.7, 0.005, 0.012)
 """Sliding, torsional and rolling friction. MuJoCo combines geom frictions with ``max``
-per component, so the ball's rolling coefficient (0.002 m, about 0.018 of the radius, a
-football on grass-like turf) dominates the floor's; ``condim=6`` enables rolling friction."""
+per component, so the ball's rolling coefficient (0.012 m: a rolling ball slows by about
+0.5-0.7 m/s^2, a football on grass) dominates the floor's; ``condim=6`` enables rolling
+friction."""
 
 
 def make_ball() -> ObjectSpec:

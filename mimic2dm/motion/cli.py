@@ -482,9 +482,16 @@ def dribble(
         str,
         typer.Option(help="static | tracking | dynamic (static views of a long run are far away)."),
     ] = "tracking",
+    touch_every: Annotated[
+        int,
+        typer.Option(min=1, help="The kicking foot touches the ball once every N of its strides."),
+    ] = 1,
 ) -> None:
-    """Compose a synthetic dribble: the clip's gait looped, a size-5 ball simulated in MuJoCo
-    and kicked at foot contacts to stay ahead, both projected through V virtual cameras.
+    """Compose a synthetic dribble: the running clip's gait looped, and a size-5 ball moved in
+    MuJoCo only by the clip's own legs (the kicking foot touches it late in its swing, every
+    N strides), both projected through V virtual cameras. Prints the replay error (the ball
+    that a kinematic copy of the written body moves, against the written ball) and refuses a
+    clip above 5 cm mean / 15 cm max.
 
     A stand-in for real dribbling clips (``mimic2dm extract`` detects the ball in your videos).
     """
@@ -493,12 +500,17 @@ def dribble(
 
     check_choice(camera, CAMERA_MODES, "--camera")
     with exit_on(OSError, ValueError, KeyError, prefix=f"{mocap}: "):
-        m, d = dribble_clip(mocap, views=views, seed=seed, seconds=seconds, camera=camera)
+        m, d = dribble_clip(mocap, views=views, seed=seed, seconds=seconds, camera=camera,
+                            touch_every=touch_every)  # fmt: skip
     save_motion2d(m, out)
     seen = float(m.object_confidence.mean())
+    rep = d.info["replay_error_m"]
     console().print(
-        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps, "
-        f"{len(d.kicks)} kicks, ball visible in {seen:.0%} of view-frames",
+        f"wrote {out}: {m.num_views} view(s) x {m.num_frames} frames at {m.fps:g} fps; "
+        f"{len(d.touches)} touches in {d.info['strides']} strides of the {d.info['kick_foot']} "
+        f"foot, ball travel {d.info['ball_travel_ratio']:.0%} of the root's; replay error "
+        f"{100 * rep['mean']:.2f} cm mean, {100 * rep['max']:.2f} cm max; ball visible in "
+        f"{seen:.0%} of view-frames",
         markup=False,
         soft_wrap=True,
     )
