@@ -62,10 +62,10 @@ def test_sensor_order_matches_keypoints(name):
     spec = load_character(name)
     m = _scene(name, ["ball"])
     layout = sensor_layout(name, ["ball"])
-    assert m.nsensordata == layout["contacts"].stop
+    assert m.nsensordata == layout["object_contacts"].stop
     names = [m.sensor(i).name for i in range(m.nsensor)]
     expected = [f"kp_{k}" for k in spec.keypoint_names] + ["obj_ball"]
-    expected += [f"touch_{b}" for b in spec.contact_bodies]
+    expected += [f"touch_{b}" for b in spec.contact_bodies] + ["hit_ball"]
     assert names == expected
     d = mujoco.MjData(m)
     rng = np.random.default_rng(0)

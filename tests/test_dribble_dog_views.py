@@ -161,6 +161,9 @@ def test_dribble_eval_reports_object_metrics(tmp_path):
     assert Policy  # the real policy class exists; a still policy suffices for the metrics
     rep = ENTRY.evaluate(Still(), list(spec.data), 1, None, None, None, name="still")
     assert rep["object_error_2d_px"] < 20.0 and rep["ball_within_reach"] == 1.0
+    # standing still never plays the ball: no touch over the whole clip
+    n = rep["sequences"][0]
+    assert rep["ball_touches"] == 0 and n["ball_touch_max_gap_s"] > 0.5
 
 
 # ----------------------------------------------------------------------------- the dog
@@ -251,3 +254,20 @@ def test_eval_several_view_counts_and_init_from_with_more_views(tmp_path, caplog
         train(tiny_config(one, path, f"resume={one}"), resume_overrides=["task.num_views=2"])
     with pytest.raises(FileNotFoundError, match="init_from"):
         train(tiny_config(tmp_path / "three", path, f"init_from={tmp_path / 'nope'}"))
+
+
+def test_ball_touches_and_longest_gap_from_contact_flags():
+    from mimic2dm.tasks.tracking2d.evaluation import _object_metrics
+
+    T = 31
+    hit = torch.zeros(1, T, dtype=torch.bool)
+    hit[0, [5, 6, 7, 20, 21]] = True  # two touches, the first lasting three steps
+    rec = {"obj_uv": torch.zeros(1, T, 1, 2), "obj_ref": torch.zeros(1, T, 1, 2),
+           "obj_ok": torch.ones(1, T, 1, dtype=torch.bool), "obj_front": torch.ones(1, T, 1, dtype=torch.bool),
+           "obj3d": torch.zeros(1, T, 3), "root3d": torch.zeros(1, T, 3), "obj_hit": hit}  # fmt: skip
+    m = _object_metrics(rec, 0, T, 1080.0, 1.5, 30.0)
+    assert m["ball_touches"] == 2
+    assert m["ball_touch_max_gap_s"] == pytest.approx(15 / 30.0)  # frame 5 -> 20
+    rec["obj_hit"] = torch.zeros(1, T, dtype=torch.bool)
+    m = _object_metrics(rec, 0, T, 1080.0, 1.5, 30.0)
+    assert m["ball_touches"] == 0 and m["ball_touch_max_gap_s"] == pytest.approx(1.0)

@@ -137,6 +137,20 @@ def test_ball_rests_on_the_floor():
 
 
 # ----------------------------------------------------------------------------- exact resets
+def test_ball_contact_with_the_character_is_reported():
+    """The ball's contact sensor sees the character's foot, and nothing else (not the floor)."""
+    e = MujocoEngine("humanoid", 3, objects=("ball",))
+    s = e.default_state()
+    ankle = e.get_keypoints()[0, e.character.keypoint_names.index("right_ankle")]
+    s.object_pos[0, 0] = torch.tensor([float(ankle[0]) + 0.2, float(ankle[1]), 0.11])  # at the toes
+    s.object_pos[1, 0] = torch.tensor([1.5, 0.0, 0.11])  # on the floor, 1.5 m ahead
+    s.object_pos[2, 0] = torch.tensor([float(ankle[0]) + 0.2, float(ankle[1]) + 0.5, 0.11])
+    e.reset(None, s)
+    np.testing.assert_array_equal(e.get_object_contacts().numpy(), [[1.0], [0.0], [0.0]])
+    e.step(s.dof_pos)
+    assert e.get_object_contacts()[1, 0] == 0.0
+
+
 def test_reset_subset_reproduces_state_and_leaves_others_untouched():
     gen = torch.Generator().manual_seed(1)
     with make("humanoid", 6, ("ball",)) as engine:

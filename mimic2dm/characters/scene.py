@@ -11,7 +11,9 @@ Layout of the compiled model (what engines index into):
   ``[0:3K]`` ``framepos`` of keypoint site k (named ``f"kp_{keypoint_names[k]}"``),
   world frame, keypoint order; then 3 per object: its body origin (centre), named
   ``f"obj_{name}"``; then 1 per contact body (``spec.contact_bodies`` order): ``touch``
-  on site ``f"{body}_touch"``, named ``f"touch_{body}"`` (normal force, N).
+  on site ``f"{body}_touch"``, named ``f"touch_{body}"`` (normal force, N); then 1 per
+  object: a ``contact`` sensor named ``f"hit_{name}"``, the number of contacts (at most 1)
+  between the object and any body of the character (its feet playing the ball).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def _add_actuators(root: ET.Element, spec: CharacterSpec) -> None:
         )  # fmt: skip
 
 
-def _add_sensors(root: ET.Element, spec: CharacterSpec, objects: list[ObjectSpec]) -> None:
+def _add_sensors(
+    root: ET.Element, spec: CharacterSpec, objects: list[ObjectSpec], char_root: str
+) -> None:
     sens = sub(root, "sensor")
     for name, site in zip(spec.keypoint_names, spec.keypoint_sites, strict=True):
         sub(sens, "framepos", name=f"kp_{name}", objtype="site", objname=site)
@@ -62,6 +66,9 @@ def _add_sensors(root: ET.Element, spec: CharacterSpec, objects: list[ObjectSpec
         sub(sens, "framepos", name=f"obj_{obj.name}", objtype="xbody", objname=obj.name)
     for body in spec.contact_bodies:
         sub(sens, "touch", name=f"touch_{body}", site=f"{body}_touch")
+    for obj in objects:
+        sub(sens, "contact", name=f"hit_{obj.name}", body1=obj.name, subtree2=char_root,
+            data="found", num=1)  # fmt: skip
 
 
 def build_scene_xml(
@@ -97,6 +104,7 @@ def build_scene_xml(
         world, "geom", name="floor", type="plane", size=(0, 0, 1), condim=3,
         friction=FLOOR_FRICTION, rgba=(0.45, 0.5, 0.45, 1),
     )  # fmt: skip
+    char_root = next(b.get("name") for b in char.find("worldbody") if b.tag == "body")
     for elem in char.find("worldbody"):
         world.append(elem)
     for i, obj in enumerate(objs):
@@ -108,7 +116,7 @@ def build_scene_xml(
         world.append(body)
     _add_actuators(root, spec)
     if with_sensors:
-        _add_sensors(root, spec, objs)
+        _add_sensors(root, spec, objs, char_root)
     return to_xml(root)
 
 
@@ -119,15 +127,17 @@ def sensor_layout(
 
     Returns:
         ``{"keypoints": [3K] (reshape to [K, 3]), "objects": [3 * n_objects],
-        "contacts": [n_contact_bodies]}``.
+        "contacts": [n_contact_bodies], "object_contacts": [n_objects]}``.
     """
     spec = _resolve(character)
     k3 = 3 * spec.num_keypoints
     o3 = 3 * len(objects)
+    c = k3 + o3 + len(spec.contact_bodies)
     return {
         "keypoints": slice(0, k3),
         "objects": slice(k3, k3 + o3),
-        "contacts": slice(k3 + o3, k3 + o3 + len(spec.contact_bodies)),
+        "contacts": slice(k3 + o3, c),
+        "object_contacts": slice(c, c + len(objects)),
     }
 
 

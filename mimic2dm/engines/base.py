@@ -541,6 +541,20 @@ class Engine(abc.ABC):
         self.wait()
         return self._get_contacts()
 
+    def get_object_contacts(self) -> torch.Tensor:
+        """Flags ``[N, O]`` (float32, 1.0 = touching) of each object in contact with the
+        character at the end of the last step (a contact shorter than a physics step between
+        two read-outs is not seen).
+
+        Raises:
+            NotImplementedError: the engine does not report object contacts.
+        """
+        self.wait()
+        return self._get_object_contacts()
+
+    def _get_object_contacts(self) -> torch.Tensor:
+        raise NotImplementedError(f"engine {type(self).__name__!r} does not report object contacts")
+
     def get_dof_limits(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Joint limits ``lower [J]``, ``upper [J]`` (rad), also the PD target range."""
         rng = torch.tensor(self.character.joint_range, dtype=torch.float32, device=self.device)

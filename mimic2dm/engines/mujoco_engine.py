@@ -182,6 +182,7 @@ class SceneIndex:
         body_ids: ``B`` character body ids, canonical ``body_names`` order.
         keypoint_cols: ``3K`` sensordata columns of the keypoint ``framepos`` sensors.
         touch_cols: ``C`` sensordata columns of the contact-body touch sensors.
+        hit_cols: ``O`` sensordata columns of the objects' contact sensors (character contacts).
     """
 
     qpos: QposLayout
@@ -189,6 +190,7 @@ class SceneIndex:
     body_ids: slice | np.ndarray
     keypoint_cols: slice | np.ndarray
     touch_cols: slice | np.ndarray
+    hit_cols: slice | np.ndarray
 
     @staticmethod
     def build(model: mujoco.MjModel, spec: CharacterSpec, objects: Sequence[str]) -> SceneIndex:
@@ -207,6 +209,7 @@ class SceneIndex:
             body_ids=_cols([back_bodies[i] for i in order.body_index]),
             keypoint_cols=_cols(_keypoint_cols(model, spec.keypoint_sites)),
             touch_cols=_cols(_touch_cols(model, spec.contact_bodies)),
+            hit_cols=_cols([_sensor_col(model, f"hit_{o}") for o in objects]),
         )  # fmt: skip
 
 
@@ -260,6 +263,12 @@ def _keypoint_cols(model: mujoco.MjModel, sites: Sequence[str]) -> list[int]:
             )
         cols.extend(range(adr, adr + 3))
     return cols
+
+
+def _sensor_col(model: mujoco.MjModel, name: str) -> int:
+    """The sensordata column of the one-value sensor ``name``."""
+    sid = _id(model, mujoco.mjtObj.mjOBJ_SENSOR, name, "sensor")
+    return int(model.sensor_adr[sid])
 
 
 def _touch_cols(model: mujoco.MjModel, bodies: Sequence[str]) -> list[int]:
@@ -372,6 +381,9 @@ class MujocoEngine(Engine):
 
     def _get_contacts(self) -> torch.Tensor:
         return self._out((self._sensordata[:, self.index.touch_cols] > 0.0).astype(np.float32))
+
+    def _get_object_contacts(self) -> torch.Tensor:
+        return self._out((self._sensordata[:, self.index.hit_cols] > 0.0).astype(np.float32))
 
     def _get_body_poses(self) -> tuple[torch.Tensor, torch.Tensor]:
         ids = self.index.body_ids

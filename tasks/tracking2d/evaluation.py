@@ -76,18 +76,25 @@ def _record_object(task: Tracking2DTask, rec: dict, t: int, T: int) -> None:
         rec.update(obj_uv=torch.zeros(N, T, V, 2), obj_ref=torch.zeros(N, T, V, 2),
                    obj_ok=torch.zeros(N, T, V, dtype=torch.bool),
                    obj_front=torch.zeros(N, T, V, dtype=torch.bool), obj3d=torch.zeros(N, T, 3),
-                   root3d=torch.zeros(N, T, 3))  # fmt: skip
+                   root3d=torch.zeros(N, T, 3), obj_hit=torch.zeros(N, T, dtype=torch.bool))  # fmt: skip
     sim_c, sim_ok = task.project_object()
     s = task.engine.get_state()
     rec["obj_uv"][:, t], rec["obj_ref"][:, t] = sim_c.cpu(), track[0].cpu()
     rec["obj_ok"][:, t], rec["obj_front"][:, t] = track[1].cpu(), sim_ok.cpu()
     rec["obj3d"][:, t], rec["root3d"][:, t] = s.object_pos[:, 0].cpu(), s.root_pos.cpu()
+    try:
+        rec["obj_hit"][:, t] = task.engine.get_object_contacts()[:, 0].cpu() > 0
+    except NotImplementedError:
+        rec.pop("obj_hit", None)
 
 
-def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float) -> dict:
+def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float, fps: float) -> dict:
     """``object_error_2d_px`` (ball-centre error at 1080p, mean where the reference sees the
-    ball) and ``ball_within_reach`` (fraction of frames with the ball's ground-plane distance
-    to the root at most ``reach_radius`` m); empty without a recorded ball."""
+    ball), ``ball_within_reach`` (fraction of frames with the ball's ground-plane distance
+    to the root at most ``reach_radius`` m) and, where the engine reports object contacts,
+    ``ball_touches`` (contacts between the character and the ball that begin in the episode,
+    read at every control step) and ``ball_touch_max_gap_s`` (the longest time without a
+    touch starting, from the first frame on); empty without a recorded ball."""
     if "obj_uv" not in rec:
         return {}
     err = metrics.reprojection_errors(
@@ -98,10 +105,17 @@ def _object_metrics(rec, i: int, n: int, height: float, reach_radius: float) -> 
         rec["obj_front"][i, :n, :, None],
     )
     d = (rec["obj3d"][i, :n, :2] - rec["root3d"][i, :n, :2]).norm(dim=-1)
-    return {
+    out = {
         "object_error_2d_px": float(err.nanmean()),
         "ball_within_reach": float((d <= reach_radius).float().mean()),
     }
+    if "obj_hit" in rec:
+        hit = rec["obj_hit"][i, :n]
+        starts = torch.nonzero(hit & ~torch.cat([hit.new_zeros(1), hit[:-1]])).flatten()
+        edges = torch.cat([starts.new_zeros(1), starts, starts.new_full((1,), n - 1)])
+        out["ball_touches"] = int(starts.numel())
+        out["ball_touch_max_gap_s"] = float(edges.diff().max()) / fps if n > 1 else 0.0
+    return out
 
 
 def _metrics(
@@ -197,7 +211,7 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
             )
         )
         m.update(_object_metrics(rec, i, clip.num_frames, float(clip.image_height[vs[0]]),
-                                 float(getattr(cfg, "reach_radius", 1.5))))  # fmt: skip
+                                 float(getattr(cfg, "reach_radius", 1.5)), spec.control_hz))  # fmt: skip
         per_seq.append(
             {"clip": clip.name, "views": vs, "initial_state": source.initial_state_sources[c], **m}
         )
@@ -216,7 +230,8 @@ def evaluate(policy, data: list[str | Path], views: int = 1, json_out=None, pict
     }
     if all("mpjpe_mm" in s for s in per_seq):
         report["mpjpe_mm"] = float(np.mean([s["mpjpe_mm"] for s in per_seq]))
-    for k in ("object_error_2d_px", "ball_within_reach"):  # with a simulated, tracked ball
+    # with a simulated, tracked ball
+    for k in ("object_error_2d_px", "ball_within_reach", "ball_touches", "ball_touch_max_gap_s"):
         if all(k in s for s in per_seq):
             report[k] = float(np.nanmean([s[k] for s in per_seq]))
     for k in (
