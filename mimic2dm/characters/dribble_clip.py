@@ -503,8 +503,10 @@ def compose_dribble(
     plan = [x for x in swings[foot] if x[0] >= int(round(0.25 * fps)) and x[1] < T - 1][
         ::touch_every
     ]
-    if len(plan) < 2:
-        raise ValueError("compose_dribble: the clip is too short for two touches")
+    if not plan:
+        raise ValueError(
+            "compose_dribble: the clip is too short for a touch (one swing of the kicking foot)"
+        )
     body = LegBody(kp, fps)
     r = body.radius
 
@@ -562,7 +564,7 @@ def compose_dribble(
 
     # as if the touch before frame 0 had sent it (about the runner's travel behind the touch
     # point), else from further ahead, clear of both feet
-    backs = np.linspace(runner * c0 / fps, max(float(want0 @ h0) - clear, 0.0), 6)
+    backs = [*np.linspace(runner * c0 / fps, max(float(want0 @ h0) - clear, 0.0), 6), 0.0]
     state0 = next((s for s in map(launch, backs) if untouched(s)), None)
     if state0 is None:
         raise ValueError(
@@ -682,7 +684,8 @@ def compose_dribble(
         if j + 1 < len(plan):
             horizon, end = nominal[j + 1], reach_start(plan[j + 1])
         else:
-            horizon = end = min(T - 1, 2 * nominal[j] - nominal[j - 1])
+            gap = nominal[j] - nominal[j - 1] if j else int(round(MIN_STEP_S * 2.5 * fps))
+            horizon = end = min(T - 1, nominal[j] + gap)
         ghost = ghost_states(int(cands[-1]))
 
         def tune(
