@@ -165,3 +165,25 @@ def test_dribble_cli(tmp_path: Path):
         app, ["data", "dribble", str(MOCAP / "dog_trot.npz"), "--out", str(tmp_path / "x.npz")]
     )
     assert bad.exit_code == 1 and "coco17" in bad.output
+
+
+def test_dribble_cli_touch_every(tmp_path: Path):
+    out = tmp_path / "every2.npz"
+    args = [
+        "data",
+        "dribble",
+        str(MOCAP / "cmu_run.npz"),
+        "--out",
+        str(out),
+        "--seconds",
+        "4",
+        "--touch-every",
+        "2",
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    meta = load_motion2d(out).meta["dribble"]
+    assert meta["touch_every"] == 2 and len(meta["planned"]) <= 3 and meta["touches"]
+    bad = CliRunner().invoke(app, ["data", "dribble", str(MOCAP / "cmu_run.npz"), "--out", str(tmp_path / "x.npz"),
+                                   "--touch-every", "0"])  # fmt: skip
+    assert bad.exit_code != 0 and not (tmp_path / "x.npz").exists()
