@@ -60,11 +60,13 @@ class ImitateSettings:
     detector: str = "rtdetr-r50"
     random_weights: bool = False
     heldout: str | None = None
+    stance: bool = False
+    level_roll: bool = False
 
     def same_job(self, other: ImitateSettings) -> list[str]:
         """Fields that differ in a way ``--resume`` cannot continue (minutes may grow)."""
         keys = ("inputs", "character", "views", "seed", "num_envs", "overrides", "pose_model",
-                "detector", "random_weights", "heldout")  # fmt: skip
+                "detector", "random_weights", "heldout", "stance", "level_roll")  # fmt: skip
         return [k for k in keys if getattr(self, k) != getattr(other, k)]
 
 
@@ -293,7 +295,8 @@ def stage_preprocess(out: Path, inputs: dict, s: ImitateSettings, progress: bool
     gts = [Path(g) for g in inputs["ground_truth"]] or None
     # every view of the input clips (the chosen ones) is fitted jointly
     preprocess_cmd(clips=[Path(c) for c in inputs["clips"]], out=dest, character=s.character,
-                   gt=gts, progress=progress, json_out=str(report))  # fmt: skip
+                   gt=gts, progress=progress, json_out=str(report), stance=s.stance,
+                   level_roll=s.level_roll)  # fmt: skip
     rep = json.loads(report.read_text())
     return {"clips": [r["out"] for r in rep["clips"]], "report": str(report), "rows": rep["clips"]}
 
@@ -574,6 +577,12 @@ def imitate_cmd(
             "the 2D error of the simulated character in the views not tracked."
         ),
     ] = None,
+    stance: Annotated[
+        bool, typer.Option(help="Preprocess with the stance terms (see `preprocess --stance`).")
+    ] = False,
+    level_roll: Annotated[
+        bool, typer.Option(help="Preprocess with the camera's roll held at 0.")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     json_out: JsonOption = None,
 ) -> None:
@@ -591,7 +600,7 @@ def imitate_cmd(
         inputs=[str(p.resolve()) for p in inputs], character=character, minutes=minutes,
         views=parse_views(view), seed=seed, num_envs=num_envs, overrides=list(override or []),
         pose_model=pose_model, detector=detector, random_weights=random_weights,
-        heldout=str(heldout.resolve()) if heldout else None,
+        heldout=str(heldout.resolve()) if heldout else None, stance=stance, level_roll=level_roll,
     )  # fmt: skip
     console = human_console(json_out)
     # SIGTERM outside training stops like Ctrl-C (training itself saves on both)

@@ -43,10 +43,14 @@ def aist_clip(tmp_path_factory) -> Path:
 def test_imitate_real_keypoints_every_stage(aist_clip, tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "run"
+    # preprocessing's stance terms and level roll on (docs/preprocess.md "Stance")
     code, text = _cli("imitate", aist_clip, "--out", out, "--minutes", "0.05", "--no-progress",
-                      *TINY)  # fmt: skip
+                      "--stance", "--level-roll", *TINY)  # fmt: skip
     assert code == 0, text
     report = json.loads((out / "report.json").read_text())
+    fitted = load_motion2d(out / "preprocess" / "clip.npz").meta["preprocess"]["config"]
+    assert fitted["w_balance"] == fitted["w_flat"] == fitted["w_stance"] == 1.0
+    assert fitted["level_roll"] is True
     assert report["complete"] and set(report["stages"]) == {
         "input",
         "preprocess",
@@ -77,7 +81,7 @@ def test_imitate_real_keypoints_every_stage(aist_clip, tmp_path, monkeypatch):
 
     # --resume with a larger budget trains on from the last checkpoint and evaluates again
     code, text = _cli("imitate", aist_clip, "--out", out, "--minutes", "0.1", "--resume",
-                      "--no-progress", *TINY)  # fmt: skip
+                      "--no-progress", "--stance", "--level-roll", *TINY)  # fmt: skip
     assert code == 0, text
     again = json.loads((out / "report.json").read_text())
     assert again["stages"]["train"]["resumed"] and again["stages"]["train"]["epochs"] > tr["epochs"]

@@ -35,6 +35,8 @@ _HeldoutReport = Annotated[Path | None, typer.Option(help="A preprocessed clip o
 _Strict = Annotated[bool, typer.Option(help="Refuse clips with flagged keypoints or frames instead of fitting around them.")]  # fmt: skip
 _Finalists = Annotated[int, typer.Option(min=1, help="Best heading hypotheses fitted on every frame; the lowest final loss is kept.")]  # fmt: skip
 _RootSmooth = Annotated[float, typer.Option(min=0.0, help="Weight of the root's horizontal acceleration term (0: off; 0.5 tried, docs/preprocess.md).")]  # fmt: skip
+_Stance = Annotated[bool, typer.Option(help="Stance terms: the centre of mass over the standing feet, standing feet flat on the ground (docs/preprocess.md \"Stance\").")]  # fmt: skip
+_LevelRoll = Annotated[bool, typer.Option(help="Level the world with the camera's roll held at 0 (a level horizon).")]  # fmt: skip
 _Threads = Annotated[int, typer.Option(min=0, help="Torch threads; 0 = torch's default (1: see docs/preprocess.md).")]  # fmt: skip
 
 
@@ -141,6 +143,8 @@ def preprocess_cmd(
     iters: Annotated[int, typer.Option(min=0, help="Joint Adam iterations on all frames.")] = 100,
     finalists: _Finalists = 2,
     root_smooth: _RootSmooth = 0.0,
+    stance: _Stance = False,
+    level_roll: _LevelRoll = False,
     threads: _Threads = 1,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_out: JsonOption = None,
@@ -149,14 +153,15 @@ def preprocess_cmd(
     import torch
 
     from mimic2dm.characters.registry import load_character
-    from mimic2dm.preprocess.optimize import PreprocessConfig
+    from mimic2dm.preprocess.optimize import STANCE_WEIGHTS, PreprocessConfig
 
     _check_options(character, camera, focal, gt, clips)
     if threads:
         torch.set_num_threads(threads)
     spec = load_character(character)
     cfg = PreprocessConfig(camera=camera, focal=focal, refine_focal=refine_focal, headings=headings,
-                           iters=iters, finalists=finalists, w_root_smooth=root_smooth)  # fmt: skip
+                           iters=iters, finalists=finalists, w_root_smooth=root_smooth,
+                           level_roll=level_roll, **(STANCE_WEIGHTS if stance else {}))  # fmt: skip
     # validate everything before the first long fit (and, with --strict, before writing anything)
     inputs = [_load(p, gt[i] if gt else None, heldout_report, view, views, spec, strict)
               for i, p in enumerate(clips)]  # fmt: skip

@@ -193,6 +193,11 @@ def _scores(model, limb, pos, quat, dofs, cams, uv, weight, sigma, fps, w):
         + w["lowest"] * losses.lowest_contact_per_frame(cz)
         + w["prior"] * dofs.square().mean(-1)
     )
+    if w.get("balance"):
+        com = model.com(pos, quat, dofs)
+        unary = unary + w["balance"] * losses.balance_per_frame(
+            com[..., :2], contact, cz, model.contact_group, w.get("balance_margin", 0.1)
+        )
     # a flipped pattern must explain the frame better by a margin: near-ties are the true
     # monocular ambiguity, where the fit's own solution (grown from the default pose under
     # the temporal prior) is kept

@@ -63,6 +63,18 @@ def contact_points(spec: CharacterSpec) -> tuple[list[int], np.ndarray, np.ndarr
     return bodies, np.concatenate(offs), np.array(radii)
 
 
+def body_inertia(spec: CharacterSpec) -> tuple[np.ndarray, np.ndarray]:
+    """Mass ``[B]`` (kg) and centre of mass in the body frame ``[B, 3]`` of each body of
+    ``spec.tree`` (its order), from the compiled MJCF."""
+    import mujoco
+
+    model = mujoco.MjModel.from_xml_string(spec.mjcf)
+    ids = [model.body(name).id for name in spec.tree.body_names]
+    return np.asarray(model.body_mass[ids], np.float64), np.asarray(
+        model.body_ipos[ids], np.float64
+    )
+
+
 class CharacterModel:
     """Batched forward kinematics of one character (float32, any leading batch shape).
 
@@ -123,6 +135,20 @@ class CharacterModel:
                 below[j, c] = a == b
         self.site_below = torch.as_tensor(below[:, self._site_body.numpy()])  # [J, K]
         self.contact_below = torch.as_tensor(below[:, self._contact_body.numpy()])  # [J, C]
+        self.body_below = torch.as_tensor(below)  # [J, B]
+        mass, ipos = body_inertia(spec)
+        self._mass_frac = as_t(mass / mass.sum())  # [B]
+        self._ipos = as_t(ipos)  # [B, 3] centre of mass in the body frame
+        # contact points grouped by body: [C] index into contact_bodies
+        self.contact_group = torch.as_tensor([spec.contact_bodies.index(names[b]) for b in cb])
+        from mimic2dm.characters.retarget import levelable_feet
+
+        flat = levelable_feet(spec)
+        # feet that stand flat: (body index [F], their contact_bodies index [F])
+        self.flat_feet = torch.as_tensor([names.index(b) for b in flat], dtype=torch.long)
+        self.flat_group = torch.as_tensor(
+            [spec.contact_bodies.index(b) for b in flat], dtype=torch.long
+        )
 
     def clamp(self, dof_pos: torch.Tensor) -> torch.Tensor:
         """Joint angles ``[..., J]`` projected onto the limits."""
@@ -133,7 +159,8 @@ class CharacterModel:
     def _consts(self, dtype: torch.dtype) -> dict[str, torch.Tensor]:
         """The model's float constants in ``dtype`` (cached)."""
         if dtype not in self._cache:
-            names = ("_K", "_K2", "_offsets", "_site_off", "_contact_off", "_axes")
+            names = ("_K", "_K2", "_offsets", "_site_off", "_contact_off", "_axes", "_ipos",
+                     "_mass_frac")  # fmt: skip
             self._cache[dtype] = {n: getattr(self, n).to(dtype) for n in names}
         return self._cache[dtype]
 
@@ -185,6 +212,32 @@ class CharacterModel:
         A = suffix[..., self._dof_slot, self._dof_body, :, :]  # [..., J, 3, 3]
         local = (A.transpose(-1, -2) @ k["_axes"][..., None])[..., 0]
         return (rot[..., self._dof_body, :, :] @ local[..., None])[..., 0]
+
+    def body_coms(self, pos: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
+        """Each body's centre of mass ``[..., B, 3]`` from the frames of :meth:`bodies`."""
+        k = self._consts(pos.dtype)
+        return pos + (rot @ k["_ipos"][..., None])[..., 0]
+
+    def mass_fraction(self, dtype: torch.dtype) -> torch.Tensor:
+        """``[B]``: each body's share of the character's mass."""
+        return self._consts(dtype)["_mass_frac"]
+
+    def com_of(self, body_coms: torch.Tensor) -> torch.Tensor:
+        """The whole body's centre of mass ``[..., 3]`` from :meth:`body_coms` ``[..., B, 3]``."""
+        return (self.mass_fraction(body_coms.dtype)[:, None] * body_coms).sum(-2)
+
+    def com(self, root_pos, root_quat, dof_pos) -> torch.Tensor:
+        """The whole body's centre of mass ``[..., 3]`` (the MJCF's masses)."""
+        pos, rot = self.bodies(root_pos, root_quat, dof_pos)
+        return self.com_of(self.body_coms(pos, rot))
+
+    def com_jacobian_parts(self, root_pos, root_quat, dof_pos):
+        """:meth:`jacobian_parts` plus the bodies' centres of mass ``[..., B, 3]`` and their
+        rotations ``[..., B, 3, 3]`` (last)."""
+        pos, rot, axes = self.bodies(root_pos, root_quat, dof_pos, with_axes=True)
+        kp, ct = self._points(pos, rot, self._consts(dof_pos.dtype))
+        coms = self.body_coms(pos, rot)
+        return kp, ct, rot[..., 0, :, :], axes, pos[..., self._dof_body, :], coms, rot
 
     def jacobian_parts(self, root_pos, root_quat, dof_pos):
         """Everything a geometric Jacobian needs, from one forward pass.

@@ -17,7 +17,18 @@ from __future__ import annotations
 import torch
 
 from mimic2dm.geometry import rotations as rot
+from mimic2dm.preprocess import losses
 from mimic2dm.preprocess.kinematics import CharacterModel
+
+BALANCE_MARGIN = 0.1
+"""Metres the centre of mass may be from the standing feet for free (:func:`losses.balance`;
+the weights' ``balance_margin`` overrides it)."""
+BALANCE_SCALE = 0.1
+"""Metres past the margin that cost as much as one ``sigma`` of reprojection."""
+FLAT_SCALE = 0.2
+"""Sine of a standing foot's tilt that costs as much as one ``sigma`` of reprojection."""
+STANCE_SCALE = 0.02
+"""Metres between a standing foot and the ground that cost as much as one ``sigma``."""
 
 
 def point_jacobian(points, pos, root_rot, axes, pivots, below) -> torch.Tensor:
@@ -46,14 +57,21 @@ def _per_point(R, t, k, kp):
     return rep(R), rep(t), rep(k), kp.repeat(1, V, 1)
 
 
-def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = False):
+def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = False, stance=None):
     """Residuals ``[N, M]`` of params ``p [N, 6 + J]`` (and their Jacobian ``[N, M, 6 + J]``);
-    ``nb [N, J]``: the mean joint angles of the neighbouring frames."""
+    ``nb [N, J]``: the mean joint angles of the neighbouring frames; ``stance [N, G]``: which
+    feet stand (the balance, flat-foot and stance-contact residuals; None: none of them)."""
     quat = rot.quat_mul(q0, rot.exp_map_to_quat(p[..., 3:6]))
     dof = p[..., 6:]
     J = dof.shape[-1]
-    if jacobian:
-        kp, contact, root_rot, axes, pivots = model.jacobian_parts(p[..., :3], quat, dof)
+    on = stance is not None
+    w_bal = w.get("balance", 0.0) if on else 0.0
+    w_flat = w.get("flat", 0.0) if on and len(model.flat_feet) else 0.0
+    w_st = w.get("stance", 0.0) if on else 0.0
+    if jacobian or w_flat:
+        kp, contact, root_rot, axes, pivots, coms, body_rot = model.com_jacobian_parts(
+            p[..., :3], quat, dof
+        )
     else:
         kp, contact = model.forward(p[..., :3], quat, dof)
     R, t, k, kp_v = _per_point(R, t, k, kp)
@@ -71,10 +89,33 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
         (w["temporal"] / J) ** 0.5 / 0.1,
     )
     cz = contact[..., 2] - model.contact_radius.to(p.dtype)
-    r = torch.cat(
-        [r_uv, c_up * up[..., :2], c_prior * dof, c_ground * torch.relu(-cz), c_time * (dof - nb)],
-        -1,
-    )
+    parts = [
+        r_uv,
+        c_up * up[..., :2],
+        c_prior * dof,
+        c_ground * torch.relu(-cz),
+        c_time * (dof - nb),
+    ]
+    if w_bal:
+        com = model.com_of(coms) if jacobian else model.com(p[..., :3], quat, dof)
+        d, standing, support, chosen = losses.support_offset(
+            com[..., :2], contact, cz, model.contact_group, stance=stance
+        )
+        c_bal = (w_bal * standing).sqrt() / BALANCE_SCALE
+        margin = w.get("balance_margin", BALANCE_MARGIN)
+        parts.append((c_bal * torch.relu(d - margin))[..., None])
+    if w_flat:
+        stand = stance[..., model.flat_group]  # [N, F]
+        feet_up = body_rot[:, model.flat_feet, :, 2]  # [N, F, 3]
+        c_flat = (w_flat * stand).sqrt()[..., None] / FLAT_SCALE
+        parts.append((c_flat * feet_up[..., :2]).flatten(1))
+    if w_st:
+        one_hot = torch.nn.functional.one_hot(model.contact_group, stance.shape[-1]).bool()
+        masked = torch.where(one_hot.T, cz[:, None, :], torch.full_like(cz[:, None, :], 1e3))
+        lowest = masked.argmin(-1)  # [N, G] the contact point each body stands on
+        c_st = (w_st * stance).sqrt() / STANCE_SCALE
+        parts.append(c_st * torch.gather(cz, 1, lowest))
+    r = torch.cat(parts, -1)
     if not jacobian:
         return r
     N, P = p.shape
@@ -97,7 +138,46 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     ]  # [N, C, P]
     J_ground = -c_ground * (cz < 0).to(p.dtype)[..., None] * Gc
     J_time = torch.cat([torch.zeros(N, J, 6, dtype=p.dtype), c_time * eyeJ], -1)
-    return r, torch.cat([J_uv, J_up, J_prior, J_ground, J_time], dim=1)
+    jacs = [J_uv, J_up, J_prior, J_ground, J_time]
+    if w_bal:
+        jacs.append(_balance_jacobian(model, p, root_rot, axes, pivots, coms, contact, com,
+                                      support, chosen, d > margin, c_bal))  # fmt: skip
+    if w_flat:
+        # a direction turns with every hinge above its body and with the root, never moves
+        F = feet_up.shape[1]
+        below = model.body_below[:, model.flat_feet]
+        zero = torch.zeros_like(p[:, :3])
+        Gu = point_jacobian(feet_up, zero, root_rot, axes, torch.zeros_like(pivots), below)
+        Gu[..., :3] = 0.0
+        jacs.append((c_flat[..., None] * Gu[:, :, :2]).reshape(N, F * 2, P))
+    if w_st:
+        Gz = point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[:, :, 2]
+        jacs.append(c_st[..., None] * torch.gather(Gz, 1, lowest[..., None].expand(-1, -1, P)))
+    return r, torch.cat(jacs, dim=1)
+
+
+def _balance_jacobian(
+    model, p, root_rot, axes, pivots, coms, contact, com, support, chosen, past, c
+):
+    """``[N, 1, P]``: the balance residual's Jacobian: the centre of mass moving away from
+    the support point, minus the chosen feet moving with it (the feet's standing weights
+    and the choice of support held fixed)."""
+    frac = model.mass_fraction(p.dtype)
+    G_com = (
+        frac[None, :, None, None]
+        * point_jacobian(coms, p[:, :3], root_rot, axes, pivots, model.body_below)
+    ).sum(1)[:, :2]  # [N, 2, P]
+    Gc = point_jacobian(contact, p[:, :3], root_rot, axes, pivots, model.contact_below)[:, :, :2]
+    G = int(model.contact_group.max()) + 1
+    one_hot = torch.nn.functional.one_hot(model.contact_group, G).to(p.dtype)  # [C, G]
+    G_feet = torch.einsum("cg,ncip->ngip", one_hot / one_hot.sum(0), Gc)  # [N, G, 2, P]
+    i, j, t = chosen[:, 0].long(), chosen[:, 1].long(), chosen[:, 2]
+    ar = torch.arange(p.shape[0])
+    G_sup = (1 - t)[:, None, None] * G_feet[ar, i] + t[:, None, None] * G_feet[ar, j]
+    rel = com[:, :2] - support
+    u = rel / rel.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    active = past.to(p.dtype) * c
+    return active[:, None, None] * (u[:, :, None] * (G_com - G_sup)).sum(1, keepdim=True)
 
 
 def fit_poses(
@@ -114,6 +194,7 @@ def fit_poses(
     iters: int = 10,
     delta: float = 2.0,
     progress=None,
+    stance: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fit ``N`` poses to 2D keypoints through fixed cameras.
 
@@ -130,6 +211,8 @@ def fit_poses(
             iterate's neighbours (Jacobi style), so that frames agree on ambiguous limbs.
         iters: LM iterations; delta: pseudo-Huber knee (units of sigma).
         progress: called once per iteration.
+        stance: ``[N, G]`` how much each contact body stands (fixed): turns on the
+            ``balance``, ``flat`` and ``stance`` weights' residuals.
 
     Returns:
         ``(root_pos, root_quat, dof_pos)`` float32, joints within their limits.
@@ -144,6 +227,7 @@ def fit_poses(
     )
     N, P = p.shape
     lam = torch.full((N,), 1e-2, dtype=dt)
+    st = None if stance is None else stance.to(dt)
 
     def neighbours(dof):
         if frames is None or frames[1] < 3:
@@ -155,7 +239,7 @@ def fit_poses(
     nb = neighbours(p[:, 6:])
 
     def residual(pp, q, sw, jacobian=False):
-        return _residual(model, pp, q, obs, sw, R, t, k, sigma, weights, nb, jacobian)
+        return _residual(model, pp, q, obs, sw, R, t, k, sigma, weights, nb, jacobian, st)
 
     def robust_w(r_uv2):
         return weight * (1.0 + r_uv2 / delta**2).rsqrt()

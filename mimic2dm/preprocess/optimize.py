@@ -39,6 +39,8 @@ from mimic2dm.preprocess.kinematics import CharacterModel
 from mimic2dm.preprocess.lm import fit_poses
 
 CAMERA_KINDS = ("static", "dynamic")
+STANCE_WEIGHTS = {"w_balance": 1.0, "w_flat": 1.0, "w_stance": 1.0}
+"""The stance terms' weights that ``mimic2dm preprocess --stance`` turns on."""
 LIMB_FLIPS = ("refine", "both", "none")
 
 
@@ -77,9 +79,27 @@ class PreprocessConfig:
     root_smooth_scale: float = 10.0  # m/s^2
     w_prior: float = 0.005
     w_upright: float = 0.1
+    # stance terms (off by default; STANCE_WEIGHTS, `preprocess --stance`): poses a body can
+    # hold. The centre of mass over the standing feet (losses.balance, per 0.1 m past a
+    # 0.1 m margin): depth along the camera rays is free in 2D, and without it the fitted
+    # poses of real clips leaned past their feet and fell when simulated (docs/preprocess.md)
+    w_balance: float = 0.0
+    balance_margin_m: float = 0.1  # the centre of mass this far from the standing feet is free
+    # standing feet flat (losses.flat_feet, per 0.2 rad of tilt): see level_roll's docs
+    w_flat: float = 0.0
+    # standing feet on the ground (losses.stance_contact, per 2 cm)
+    w_stance: float = 0.0
+    stance_height_m: float = 0.05  # a foot this close to the ground when labelled stands
+    # static cameras: a foot whose keypoint stays still in the image stands (losses.image_stance)
+    image_stance: bool = True
     w_temporal: float = 5.0  # Levenberg-Marquardt: joint angles towards their neighbours' mean
     w_limits: float = 10.0
     level_prior_m: float = 0.1  # levelling: feet spread below this defers to the body's up axis
+    # levelling keeps the camera's roll at 0 (a level horizon, as in most footage): the feet's
+    # plane alone rolled a side-view squat's world by 29 deg; off by default: on the
+    # synthetic grid it halves the camera rotation error but loses two hop views (docs/preprocess.md)
+    level_roll: bool = False
+    w_roll: float = 0.0  # Adam: the camera's roll, per 0.1 rad
     # per-limb depth-flip hypotheses (flips.py): "refine" (stage 2), "both" (also stage 1), "none"
     limb_flips: str = "refine"
     flip_margin: float = 0.01  # limb flips: loss gain per frame a flipped pattern needs
@@ -149,6 +169,11 @@ class _Problem:
         self.v: dict[str, torch.Tensor] = {}
         # [T - 1] bool: consecutive frames adjacent in time (False across cut-out frames)
         self.pair_ok: torch.Tensor | None = None
+        # [H, T, G] how much each contact body stands, fixed while a stage runs
+        # (:meth:`label_stance_`); None: the stance terms are off
+        self.stance: torch.Tensor | None = None
+        # [T, G] feet whose keypoint stands still in the image (losses.image_stance), or None
+        self.still: torch.Tensor | None = None
 
     # ---------------------------------------------------------------- camera
     def cameras(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -182,6 +207,8 @@ class _Problem:
         }
         terms |= self.motion_terms(kp, contact)
         terms["focal"] = cfg.w_focal_prior * v["log_focal"].square()
+        if cfg.w_roll:
+            terms["roll"] = cfg.w_roll * (v["roll"] / 0.1).square()
         if cfg.camera == "dynamic":
             ang = torch.stack([v["d_yaw"], v["d_pitch"], v["d_roll"]], -1)
             ok = self.pair_ok
@@ -214,7 +241,45 @@ class _Problem:
             "prior": cfg.w_prior * losses.pose_prior(v["dof_pos"]),
             "upright": cfg.w_upright * losses.upright(up_z),
             "limits": cfg.w_limits * losses.joint_limits(v["dof_pos"], m.lower, m.upper),
-        }
+        } | self.stance_terms(cz, contact)
+
+    def label_stance_(self) -> None:
+        """Fix which feet stand in each frame for the stance terms that follow: those near
+        the ground in the current motion (:func:`losses.standing_weights`, ``stance_height_m``)
+        and those still in the image (:attr:`still`). Fixed, because weights recomputed as the
+        fit moves let it escape the terms by lifting the feet."""
+        m, v, cfg = self.model, self.v, self.cfg
+        if not (cfg.w_balance or cfg.w_flat or cfg.w_stance):
+            return
+        with torch.no_grad():
+            _, contact = m.forward(v["root_pos"], v["root_quat"], v["dof_pos"])
+            cz = contact[..., 2] - m.contact_radius
+            self.stance = losses.standing_weights(cz, m.contact_group, self.cfg.stance_height_m)
+            if self.still is not None:  # a foot still in the image stands, however high
+                self.stance = torch.maximum(self.stance, self.still.to(self.stance))
+
+    def stance_terms(self, cz: torch.Tensor, contact: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The weighted ``balance``, ``flat`` and ``stance`` terms ``{name: [H]}``
+        (:func:`losses.balance`, :func:`losses.flat_feet`, :func:`losses.stance_contact`) of
+        the labelled stance; zeros before :meth:`label_stance_` or when off."""
+        cfg, v, m = self.cfg, self.v, self.model
+        zero = torch.zeros(cz.shape[0], dtype=cz.dtype)
+        out = {"balance": zero, "flat": zero, "stance": zero}
+        if self.stance is None:
+            return out
+        stance = self.stance
+        pos, rot = m.bodies(v["root_pos"], v["root_quat"], v["dof_pos"])
+        if cfg.w_balance:
+            com = m.com_of(m.body_coms(pos, rot))
+            out["balance"] = cfg.w_balance * losses.balance(
+                com[..., :2], contact, cz, m.contact_group, cfg.balance_margin_m, stance=stance
+            )
+        if cfg.w_flat and len(m.flat_feet):
+            up_xy = rot[..., m.flat_feet, :2, 2]  # the feet's z axes, horizontal part
+            out["flat"] = cfg.w_flat * losses.flat_feet(up_xy, stance[..., m.flat_group])
+        if cfg.w_stance:
+            out["stance"] = cfg.w_stance * losses.stance_contact(cz, m.contact_group, stance)
+        return out
 
     def project_(self, upright: bool = False) -> None:
         """Keep the variables feasible (after an optimiser step); ``upright``: turn the
@@ -289,6 +354,11 @@ class _Problem:
         }
         if free:
             weights |= {"upright": 0.0, "ground": 0.0}
+        stance = None
+        if not free and self.stance is not None:
+            weights |= {"balance": cfg.w_balance, "flat": cfg.w_flat, "stance": cfg.w_stance,
+                        "balance_margin": cfg.balance_margin_m}  # fmt: skip
+            stance = self.stance.reshape(H * T, -1)
         obs, w = (
             self.uv.expand(H, *self.uv.shape).reshape(H * T, -1, 2),
             self.weight.expand(H, *self.weight.shape).reshape(H * T, -1),
@@ -296,7 +366,7 @@ class _Problem:
         pos, quat, dof = fit_poses(
             self.model, obs, w, (R, t, k), v["root_pos"].detach().reshape(H * T, 3),
             v["root_quat"].detach().reshape(H * T, 4), v["dof_pos"].detach().reshape(H * T, -1),
-            self.sigma, weights, (H, T), iters=iters, progress=progress,
+            self.sigma, weights, (H, T), iters=iters, progress=progress, stance=stance,
         )  # fmt: skip
         with torch.no_grad():
             v["root_pos"].copy_(pos.reshape(H, T, 3))
@@ -312,6 +382,7 @@ class _Problem:
                 self.model, self.v, self.cameras(), self.uv, self.weight, self.sigma, self.fps,
                 {"reproj": cfg.w_reproj, "ground": cfg.w_ground, "lowest": cfg.w_lowest,
                  "prior": cfg.w_prior, "skate": cfg.w_skate, "speed": cfg.w_flip_speed,
+                 "balance": cfg.w_balance, "balance_margin": cfg.balance_margin_m,
                  "margin": cfg.flip_margin},
                 flips.limb_chains(self.model),
             )  # fmt: skip
@@ -348,13 +419,18 @@ class _Problem:
             up = self._ground_normal(
                 body_up / body_up.norm(dim=-1, keepdim=True), self.cfg.level_prior_m
             )
+            R = self.cameras()[0][:, 0]
+            if self.cfg.level_roll:
+                # the up closest to the ground's normal that leaves the camera's x axis level
+                x_cam = R[:, 0]
+                up = up - (up * x_cam).sum(-1, keepdim=True) * x_cam
+                up = up / up.norm(dim=-1, keepdim=True)
             z = torch.tensor([0.0, 0.0, 1.0]).expand(H, 3)
             axis = torch.cross(up, z, dim=-1)
             angle = torch.atan2(axis.norm(dim=-1), (up * z).sum(-1))
             Q = rot.quat_from_axis_angle(
                 axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-9), angle
             )
-            R = self.cameras()[0][:, 0]
             fwd = (R @ rot.quat_to_matrix(Q).transpose(-1, -2))[:, 2]
             Qt = rot.quat_mul(
                 rot.quat_from_axis_angle(z, -torch.atan2(fwd[:, 1], fwd[:, 0])), Q
@@ -374,6 +450,20 @@ class _Problem:
             shift = torch.quantile(low, 0.2, dim=1)
             v["root_pos"][..., 2] -= shift[:, None]
             v["height"].sub_(shift)
+
+
+def foot_keypoints(spec: CharacterSpec) -> list[int]:
+    """Per contact body, the keypoint on it farthest from its origin (the ankle, the paw),
+    or -1 when none is."""
+    out = []
+    for body in spec.contact_bodies:
+        on = [
+            (float(np.linalg.norm(off)), k)
+            for k, (b, off) in enumerate(spec.site_offsets)
+            if b == body
+        ]
+        out.append(max(on)[1] if on else -1)
+    return out
 
 
 def _interp(x: torch.Tensor, src: np.ndarray, T: int) -> torch.Tensor:
@@ -500,16 +590,23 @@ def _fit_stages(model, spec, uv, weight, mask_t, frames, fps, size, focal0, cfg,
     total_iters += cfg.lm_iters * {"both": 2, "refine": 1}.get(cfg.limb_flips, 0)
     tick = (lambda: progress(1, total_iters)) if progress else None
     v_all = _init_variables(model, spec, kset, uv, mask_t, fps, size, focal0, cfg, headings)
+    still = None
+    stance_on = cfg.w_balance or cfg.w_flat or cfg.w_stance
+    if stance_on and cfg.image_stance and cfg.camera == "static":
+        still = losses.image_stance(uv, mask_t, foot_keypoints(spec), fps)
+        info["still_feet_fraction"] = round(float(still.mean()), 3)
     info["headings_deg"] = [round(math.degrees(h) % 360, 1) for h in headings]
     # stage 1: every hypothesis on a subset of frames: poses, levelling, poses, joint polish
     sub_fps = fps * (len(sub) - 1) / max(T - 1, 1)
     prob = _Problem(model, cfg, uv[sub], weight[sub], sub_fps, size, focal0)
     prob.pair_ok = _pairs_ok(frames, sub)
+    prob.still = None if still is None else still[sub]
     prob.v = {
         n: (x[:, sub] if x.ndim >= 2 and x.shape[1] == T else x).clone() for n, x in v_all.items()
     }
     prob.fit_poses(cfg.lm_iters, tick, free=True)
     prob.level_()
+    prob.label_stance_()
     prob.fit_poses(cfg.lm_iters, tick)
     if cfg.limb_flips == "both":
         info["flipped_frames_hypotheses"] = prob.flip_limbs_(tick)
@@ -528,7 +625,9 @@ def _fit_stages(model, spec, uv, weight, mask_t, frames, fps, size, focal0, cfg,
     # stage 2: every frame: poses through the chosen camera, then everything jointly
     prob = _Problem(model, cfg, uv, weight, fps, size, focal0)
     prob.pair_ok = _pairs_ok(frames, np.arange(T))
+    prob.still = still
     prob.v = v_all
+    prob.label_stance_()
     if len(sub) < T:
         prob.fit_poses(cfg.lm_iters, tick)
     if cfg.limb_flips in ("both", "refine"):
