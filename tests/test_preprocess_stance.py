@@ -203,3 +203,45 @@ def test_stance_terms_stand_a_real_squat_on_its_feet(tmp_path):
     (d0, tilt0, roll0), (d1, tilt1, roll1) = stats["default"], stats["stance"]
     assert d0 > 0.25 and tilt0 > 30.0 and abs(roll0) > 15.0  # measured: 0.36 m, 58 deg, 29 deg
     assert d1 < 0.12 and tilt1 < 10.0 and abs(roll1) < 5.0
+
+
+AIST_FIXTURE = (
+    Path(__file__).resolve().parent / "fixtures/aistpp/gBR_sBM_cAll_d04_mBR0_ch01_c01_2s.pkl"
+)
+
+
+def test_held_pose_script_scores_how_the_fitted_poses_stand(tmp_path):
+    """`cluster/held_pose.py` (docs/preprocess.md "Stance"): the fitted states of a real
+    AIST++ view held by the simulated character, and the same states 30 cm in the air."""
+    import subprocess
+    import sys
+
+    from typer.testing import CliRunner
+
+    from mimic2dm.cli import app
+    from mimic2dm.motion.format import save_motion2d
+
+    runner = CliRunner()
+    clip = tmp_path / "clip.npz"
+    res = runner.invoke(app, ["data", "import-aist", str(AIST_FIXTURE), "--out", str(clip)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["preprocess", str(clip), "--out", str(tmp_path / "pre"),
+                              "--no-progress", "--headings", "2", "--iters", "20"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    pre = tmp_path / "pre" / "clip.npz"
+    m = load_motion2d(pre)
+    m.init_root_pos = m.init_root_pos + np.array([0.0, 0.0, 0.3], np.float32)
+    lifted = tmp_path / "lifted.npz"
+    save_motion2d(m, lifted)
+    script = Path(__file__).resolve().parents[1] / "cluster" / "held_pose.py"
+    out = tmp_path / "held.json"
+    run = subprocess.run([sys.executable, str(script), str(pre), str(lifted), "--steps", "6",
+                          "--json", str(out), "--override", "task.initial_ground=false"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = json.loads(out.read_text())["clips"]
+    assert [len(r["held_worst_px_1080"]) for r in rows] == [6, 6]
+    ground, air = rows
+    assert all(np.isfinite(r["com_from_feet_m"]) and abs(r["camera_roll_deg"]) < 90 for r in rows)
+    # one control step in, the lifted states are still ~30 cm off (a 1.7 m dancer ~470 px tall)
+    assert air["held_worst_px_1080"][0] > ground["held_worst_px_1080"][0] + 40.0
