@@ -11,6 +11,7 @@ import mujoco
 import numpy as np
 import pytest
 import torch
+from shared_data import VIDEO2D, needs_penn_action
 
 from mimic2dm.characters.registry import load_character
 from mimic2dm.characters.scene import build_model
@@ -159,7 +160,7 @@ def test_levelling_keeps_the_camera_roll_at_zero_and_the_standing_pose_balanced(
     assert float(tilt.max()) < 15.0  # on flat feet
 
 
-PENN = Path(__file__).resolve().parents[2] / "shared" / "data" / "video2d" / "penn_action"
+PENN = VIDEO2D / "penn_action"
 
 
 def _stance_stats(path: Path) -> tuple[float, float, float]:
@@ -178,7 +179,7 @@ def _stance_stats(path: Path) -> tuple[float, float, float]:
     return float(d.median()), float(tilt.median()), roll
 
 
-@pytest.mark.skipif(not PENN.is_dir(), reason=f"Penn Action clips not found at {PENN}")
+@needs_penn_action
 def test_stance_terms_stand_a_real_squat_on_its_feet(tmp_path):
     """Penn Action squat 1767 (human-annotated, side view): by default the fit stands on
     tiptoe, its centre of mass far from its feet, in a world rolled about the camera's axis;
