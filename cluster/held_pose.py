@@ -28,11 +28,19 @@ def fit_shape(path: Path) -> dict:
     segment between two feet (m), median tilt of the flatter foot (deg) and the camera's
     roll (deg) of a preprocessed clip."""
     from mimic2dm.characters.registry import load_character
-    from mimic2dm.motion.format import load_motion2d
+    from mimic2dm.motion.format import MotionFormatError, load_motion2d
     from mimic2dm.preprocess import losses
     from mimic2dm.preprocess.kinematics import CharacterModel
 
-    m = load_motion2d(path)
+    try:
+        m = load_motion2d(path)
+    except MotionFormatError as e:
+        raise SystemExit(str(e)) from None
+    if m.init_character is None or m.init_root_pos is None:
+        raise SystemExit(
+            f"{path}: field 'init_root_pos' is missing, expected the initial states that "
+            "`mimic2dm preprocess` writes ([T, 3])"
+        )
     cm = CharacterModel(load_character(m.init_character))
     args = [torch.as_tensor(x) for x in (m.init_root_pos, m.init_root_quat, m.init_dof_pos)]
     com = cm.com(*args)

@@ -124,21 +124,14 @@ def test_deepmimic_run_and_jog_keep_the_ball(name):
     assert replay_error(d)[1] < 1e-3
 
 
+def _dribble_args(out: Path, *extra: str) -> list[str]:
+    """``data dribble`` of the shared cmu_run clip into ``out``."""
+    return ["data", "dribble", str(MOCAP / "cmu_run.npz"), "--out", str(out), *extra]
+
+
 def test_dribble_cli(tmp_path: Path):
     out = tmp_path / "dribble.npz"
-    args = [
-        "data",
-        "dribble",
-        str(MOCAP / "cmu_run.npz"),
-        "--out",
-        str(out),
-        "--views",
-        "2",
-        "--seed",
-        "1",
-        "--seconds",
-        "3",
-    ]
+    args = _dribble_args(out, "--views", "2", "--seed", "1", "--seconds", "3")
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     assert CliRunner().invoke(app, ["data", "check", str(out)]).exit_code == 0
@@ -169,21 +162,10 @@ def test_dribble_cli(tmp_path: Path):
 
 def test_dribble_cli_touch_every(tmp_path: Path):
     out = tmp_path / "every2.npz"
-    args = [
-        "data",
-        "dribble",
-        str(MOCAP / "cmu_run.npz"),
-        "--out",
-        str(out),
-        "--seconds",
-        "4",
-        "--touch-every",
-        "2",
-    ]
+    args = _dribble_args(out, "--seconds", "4", "--touch-every", "2")
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     meta = load_motion2d(out).meta["dribble"]
     assert meta["touch_every"] == 2 and len(meta["planned"]) <= 3 and meta["touches"]
-    bad = CliRunner().invoke(app, ["data", "dribble", str(MOCAP / "cmu_run.npz"), "--out", str(tmp_path / "x.npz"),
-                                   "--touch-every", "0"])  # fmt: skip
+    bad = CliRunner().invoke(app, _dribble_args(tmp_path / "x.npz", "--touch-every", "0"))
     assert bad.exit_code != 0 and not (tmp_path / "x.npz").exists()

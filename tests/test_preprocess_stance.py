@@ -246,3 +246,6 @@ def test_held_pose_script_scores_how_the_fitted_poses_stand(tmp_path):
     assert all(np.isfinite(r["com_from_feet_m"]) and abs(r["camera_roll_deg"]) < 90 for r in rows)
     # one control step in, the lifted states are still ~30 cm off (a 1.7 m dancer ~470 px tall)
     assert air["held_worst_px_1080"][0] > ground["held_worst_px_1080"][0] + 40.0
+    # a clip without initial states: one line naming the file and field
+    bad = subprocess.run([sys.executable, str(script), str(clip)], capture_output=True, text=True)
+    assert bad.returncode == 1 and f"{clip}: field 'init_root_pos' is missing" in bad.stderr

@@ -68,10 +68,12 @@ def _residual(model, p, q0, obs, sw, R, t, k, sigma, w, nb, jacobian: bool = Fal
     w_bal = w.get("balance", 0.0) if on else 0.0
     w_flat = w.get("flat", 0.0) if on and len(model.flat_feet) else 0.0
     w_st = w.get("stance", 0.0) if on else 0.0
-    if jacobian or w_flat:
+    if w_flat or (jacobian and (w_bal or w_st)):
         kp, contact, root_rot, axes, pivots, coms, body_rot = model.com_jacobian_parts(
             p[..., :3], quat, dof
         )
+    elif jacobian:  # the default fit: no centres of mass needed
+        kp, contact, root_rot, axes, pivots = model.jacobian_parts(p[..., :3], quat, dof)
     else:
         kp, contact = model.forward(p[..., :3], quat, dof)
     R, t, k, kp_v = _per_point(R, t, k, kp)
