@@ -60,6 +60,7 @@ MODES = (
     ("in-process", "ray=none", 0, ()),
     ("ray, 1 actor", "ray=local", 1, ()),
     ("ray, 2 actors", "ray=local", 2, ()),
+    ("ray, 2 actors, per-step calls", "ray=local", 2, ("ray.actor_policy=false",)),
 )
 """``(name, ray group, actors, overrides)`` of every measurement, in run order."""
 
@@ -76,7 +77,7 @@ SETTINGS = {
     "minibatch_size": "train.minibatch_size", "mini_epochs": "train.mini_epochs",
     "torch_threads": "train.torch_threads", "physics_hz": "engine.physics_hz",
     "control_hz": "engine.control_hz", "engine_threads": "engine.num_threads",
-    "env_groups": "train.env_groups", "ray_pipeline": "ray.pipeline",
+    "env_groups": "train.env_groups", "ray_pipeline": "ray.pipeline", "actor_policy": "ray.actor_policy",
     "precision": "train.network.precision", "overlap": "train.overlap",
     "character": "character.name", "task": "task.name",
 }  # fmt: skip
@@ -216,6 +217,7 @@ def bench_train(
         "candidate_overrides": list(candidate or []), "modes": results,
         "ratios": {"vs_baseline": ratios(lambda _: "baseline"), "vs_serial": vs_serial,
                    "vs_in_process": vs_in, "2_actors_vs_in_process": vs_in["ray, 2 actors"],
+                   "per_step_calls_vs_in_process": vs_in["ray, 2 actors, per-step calls"],
                    "in_process_vs_serial": vs_serial["in-process"],
                    "per_sample_vs_baseline": _per_sample_ratios(results)},
     }  # fmt: skip
@@ -302,5 +304,6 @@ def bench_train_command(
         console.print(table)
     r = result["ratios"]
     console.print(f"in-process vs serial: {r['in_process_vs_serial']:.2f}x; "
-                  f"ray, 2 actors vs in-process: {r['2_actors_vs_in_process']:.2f}x (wall samples/s)")  # fmt: skip
+                  f"ray, 2 actors vs in-process: {r['2_actors_vs_in_process']:.2f}x, with the learner's "
+                  f"policy in per-step calls: {r['per_step_calls_vs_in_process']:.2f}x (wall samples/s)")  # fmt: skip
     write_json_report(result, json_out)

@@ -99,6 +99,7 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
         "in-process",
         "ray, 1 actor",
         "ray, 2 actors",
+        "ray, 2 actors, per-step calls",
         "dog, serial",
         "dog",
     ]
@@ -119,6 +120,8 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
         dog
     )  # each extra against its own serial loop
     assert ratios["2_actors_vs_in_process"] == ratios["vs_in_process"]["ray, 2 actors"]
+    per_step = ratios["vs_in_process"]["ray, 2 actors, per-step calls"]
+    assert ratios["per_step_calls_vs_in_process"] == per_step
     assert ratios["per_sample_vs_baseline"]["baseline"]["all"] == 1.0
     # the fixed modes' settings; the other modes run the config's own
     settings = {n: m["settings"] for n, m in r["modes"].items()}
@@ -139,7 +142,16 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
     assert (
         base["horizon_length"] == serial["horizon_length"] == 8 and base["env_groups"] == 1
     )  # TINY's
-    defaults = ["in-process", "ray, 1 actor", "ray, 2 actors", "dog"]
+    defaults = [
+        "in-process",
+        "ray, 1 actor",
+        "ray, 2 actors",
+        "ray, 2 actors, per-step calls",
+        "dog",
+    ]
+    # the actors run the policy by default; the per-step mode keeps it in the learner
+    assert settings["ray, 2 actors"]["actor_policy"] and settings["ray, 1 actor"]["actor_policy"]
+    assert settings["ray, 2 actors, per-step calls"]["actor_policy"] is False
     assert all(settings[n]["horizon_length"] == 4 for n in defaults)
     assert base["precision"] == "fp32"
     assert serial["precision"] == resolve_precision(

@@ -131,11 +131,12 @@ def test_bench_train_json_to_stdout_in_a_real_process():
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(res.stdout)
     assert set(result["modes"]) == {"baseline", "serial", "in-process", "ray, 1 actor", "ray, 2 actors",
-                                    "dribble, serial", "dribble"}  # fmt: skip
+                                    "ray, 2 actors, per-step calls", "dribble, serial", "dribble"}  # fmt: skip
     assert result["modes"]["dribble"]["settings"]["task"] == "dribble"
     assert all(m["samples_per_s"] > 0 for m in result["modes"].values())
     assert all(set(m["breakdown"]) >= {"physics", "update"} for m in result["modes"].values())
     assert "PPO training throughput" in res.stderr and "2 actors vs in-process" in res.stderr
+    assert "policy in per-step calls" in res.stderr
     assert "in-process vs serial" in res.stderr
 
 

@@ -155,7 +155,7 @@ def test_pipelined_rollout_collects_the_same_batch_as_rl_games_rollout(
     groups = (
         ["train.env_groups=2"]
         if where == "in-process"
-        else ["ray=local", "ray.actor_cpus=0.5", "ray.pipeline=true"]
+        else ["ray=local", "ray.actor_cpus=0.5", "ray.pipeline=true", "ray.actor_policy=false"]
     )
     if where == "ray":
         ensure_ray()

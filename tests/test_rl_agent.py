@@ -149,6 +149,7 @@ def test_killed_ray_actor_is_replaced_and_training_continues(tmp_path, clip, ray
         "ray=local",
         "ray.actor_cpus=0.5",
         f"ray.pipeline={str(pipeline).lower()}",
+        "ray.actor_policy=false",
         "train.max_epochs=3",
         "logger.tensorboard=false",
     )

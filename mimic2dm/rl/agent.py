@@ -41,11 +41,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import torch
 from rl_games.algos_torch.a2c_continuous import A2CAgent
 from rl_games.common.a2c_common import swap_and_flatten01
 
 from mimic2dm.rl.policy import CHECKPOINT_VERSION, check_checkpoint_version
+from mimic2dm.tasks.stats import StepStats
 from mimic2dm.utils.checkpoint import CheckpointManager, load_checkpoint, rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -211,7 +213,12 @@ class TrackerAgent(A2CAgent):
         return self._collect()
 
     def _collect(self) -> dict:
-        play = self._play_steps_pipelined if self._pipelined() else super().play_steps
+        if getattr(self.vec_env, "actor_policy", False):
+            play = self._play_steps_in_actors
+        elif self._pipelined():
+            play = self._play_steps_pipelined
+        else:
+            play = super().play_steps
         n = torch.get_num_threads()
         if not self.collect_threads or self.collect_threads == n:
             return play()
@@ -287,7 +294,75 @@ class TrackerAgent(A2CAgent):
                 if n + 1 < self.horizon_length:
                     res[g] = launch(n + 1, g)
         self.obs = {"obs": obs}
-        last_values = self.get_values(self.obs)
+        return self._rollout_batch(self.get_values(self.obs), step_time)
+
+    def _play_steps_in_actors(self) -> dict:
+        """rl-games' rollout (same buffers, bookkeeping and GAE) collected by the Ray actors
+        (``ray.actor_policy``): each runs this epoch's policy on its envs for
+        ``horizon_length`` steps in one call, the values going to its task for ASI as
+        :meth:`get_action_values` hands them over; the learner then fills the buffers and
+        replays the per-step bookkeeping (returns, lengths, episode statistics) in order."""
+        if self.has_central_value or self.is_rnn:
+            raise ValueError("ray.actor_policy needs a feed-forward policy without a central value")
+        env, buf, H = self.vec_env, self.experience_buffer.tensor_dict, self.horizon_length
+        model = self._acting_model if self._acting_model is not None else self.model
+        policy = {"builder": self.network, "build_config": self._build_config(),
+                  "state": {k: v.detach().cpu() for k, v in model.state_dict().items()}}  # fmt: skip
+        results = env.rollout(policy, H, bool(self.clip_actions))
+        t = lambda x: torch.from_numpy(np.require(x, requirements="W")).to(self.ppo_device)  # noqa: E731 - Ray's arrays are read-only
+        step_time, obs, last_values = 0.0, [], []
+        for (a, b), (r, restarted) in zip(env.bounds, results, strict=True):
+            if restarted:  # a replacement's envs start fresh episodes: none of the old ones counts
+                self.dones[a:b] = 1
+                for x in (self.current_rewards, self.current_shaped_rewards, self.current_lengths):
+                    x[a:b] = 0
+            buf["dones"][0, a:b] = self.dones[a:b]
+            buf["dones"][1:, a:b] = t(r["dones"][:-1]).to(buf["dones"].dtype)
+            for k in ("obses", *self.update_list):
+                buf[k][:, a:b] = t(r[k]).reshape(buf[k][:, a:b].shape)
+            obs.append(t(r["last_obs"]))
+            last_values.append(t(r["last_values"]))
+        for n in range(H):
+            step_s = max(r["step_s"][n] for r, _ in results)
+            step_time += step_s
+            stats = StepStats()
+            for r, _ in results:
+                stats.merge(r["stats"][n])
+            rewards = torch.cat([t(r["rewards"][n]) for r, _ in results]).unsqueeze(1)
+            dones = torch.cat([t(r["dones"][n]) for r, _ in results]).to(self.dones.dtype)
+            time_outs = torch.cat([t(r["time_outs"][n]) for r, _ in results]).unsqueeze(1).float()
+            shaped = self.rewards_shaper(rewards)
+            if self.value_bootstrap:
+                shaped = shaped + self.gamma * buf["values"][n] * time_outs
+            buf["rewards"][n] = shaped
+            self.current_rewards += rewards
+            self.current_shaped_rewards += shaped
+            self.current_lengths += 1
+            done_ids = dones.nonzero(as_tuple=False)[:: self.num_agents]
+            self.game_rewards.update(self.current_rewards[done_ids])
+            self.game_shaped_rewards.update(self.current_shaped_rewards[done_ids])
+            self.game_lengths.update(self.current_lengths[done_ids])
+            infos = {"time_outs": time_outs[:, 0].bool(), "stats": stats,
+                     "actor_restarts": sum(k for _, k in results) if n == 0 else 0,
+                     "physics_s": min(step_s, max(r["physics_s"][n] for r, _ in results))}  # fmt: skip
+            self.algo_observer.process_infos(infos, done_ids)
+            keep = (1.0 - dones.float()).unsqueeze(1)
+            self.current_rewards *= keep
+            self.current_shaped_rewards *= keep
+            self.current_lengths *= keep.squeeze(1)
+            self.dones = dones
+        self.obs = {"obs": torch.cat(obs)}
+        return self._rollout_batch(torch.cat(last_values), step_time)
+
+    def _build_config(self) -> dict:
+        """rl-games' ``build_config`` of this agent's model (as ``A2CAgent.__init__`` makes it)."""
+        return {"actions_num": self.actions_num, "input_shape": self.obs_shape,
+                "num_seqs": self.num_actors * self.num_agents, "value_size": self.env_info.get("value_size", 1),
+                "normalize_value": self.normalize_value, "normalize_input": self.normalize_input}  # fmt: skip
+
+    def _rollout_batch(self, last_values: torch.Tensor, step_time: float) -> dict:
+        """GAE over the filled buffers and rl-games' batch dict (the tail of its ``play_steps``)."""
+        buf = self.experience_buffer.tensor_dict
         mb_values, mb_rewards = buf["values"], buf["rewards"]
         mb_advs = self.discount_values(
             self.dones.float(), last_values, buf["dones"].float(), mb_values, mb_rewards

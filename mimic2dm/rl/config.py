@@ -147,6 +147,8 @@ class RayConfig:
     threads_per_actor: int = 1  # MuJoCo threads inside each actor
     step_timeout_s: float = 300.0  # an actor silent for this long is replaced
     pipeline: bool = False  # the learner computes one actor's actions while the others step
+    # each actor runs the epoch's policy and collects its whole rollout in one call (False: per-step calls)
+    actor_policy: bool = True
     temp_dir: str | None = (
         None  # Ray session dir (None: RUN_DIR/ray, or /tmp when that path is too long)
     )
@@ -158,6 +160,12 @@ class RayConfig:
         check("ray.actor_cpus", self.actor_cpus, gt=0)
         check("ray.threads_per_actor", self.threads_per_actor, ge=0, integer=True)
         check("ray.step_timeout_s", self.step_timeout_s, gt=0)
+        if self.actor_policy and self.pipeline:
+            raise ConfigError(
+                "ray.pipeline",
+                self.pipeline,
+                "false with ray.actor_policy=true (the actors step on their own)",
+            )
 
 
 def total_envs(tc: TrainConfig, rc: RayConfig) -> int:

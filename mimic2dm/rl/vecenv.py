@@ -22,6 +22,8 @@ step and training continues. Each replacement is logged and counted
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import threading
@@ -209,7 +211,10 @@ class EnvActor:
 
     def __init__(self, spec: TaskSpec, num_envs: int, seed: int):
         torch.set_num_threads(1)
+        torch.manual_seed(seed)  # the policy's action noise (``rollout``); the task has its own RNG
         self.task = make_task(spec, num_envs, seed)
+        self.obs: torch.Tensor | None = None  # the last observation (``rollout`` starts from it)
+        self.model = None  # the policy of ``rollout``, built on its first call
 
     def describe(self) -> dict:
         return {"obs_dim": self.task.obs_dim, "action_dim": self.task.action_dim, "layout": self.task.obs_layout(),
@@ -218,7 +223,8 @@ class EnvActor:
     def reset(self, new_episodes: bool = True) -> np.ndarray:
         if new_episodes:
             self.task.reset(torch.arange(self.task.num_envs, device=self.task.device))
-        return self.task.observe().cpu().numpy()
+        self.obs = self.task.observe()
+        return self.obs.cpu().numpy()
 
     def step(self, actions: np.ndarray, values: np.ndarray | None):
         dev = self.task.device
@@ -236,14 +242,75 @@ class EnvActor:
             self.task.engine.physics_seconds - before,
         )
 
+    def rollout(self, policy: dict, horizon: int, clip_actions: bool = True) -> dict:
+        """``horizon`` steps of every env with the learner's policy acting (``ray.actor_policy``):
+        rl-games' action/value pass on the last observation (the values go to the task for
+        ASI, as the learner's rollout hands them over), the clamped actions stepped, and per
+        step what the learner's buffers take. ``policy``: ``builder`` (rl-games' model
+        builder), ``build_config`` and ``state`` (the model's state dict: weights,
+        normalisers and value scale at the start of this epoch); the model is built once.
+
+        Returns:
+            host arrays ``obses [H, n, D]``, ``actions``, ``mus``, ``sigmas [H, n, A]``,
+            ``neglogpacs [H, n]``, ``values [H, n, 1]`` (denormalised), ``rewards``,
+            ``dones``, ``time_outs [H, n]``; ``last_obs [n, D]`` and its ``last_values
+            [n, 1]``; ``stats`` (one host ``StepStats`` per step), ``step_s`` and
+            ``physics_s`` per step (seconds in the task's step and in its physics).
+        """
+        if self.obs is None:
+            self.reset(False)
+        dev, n = self.task.device, self.task.num_envs
+        if self.model is None:
+            # its random initial weights are overwritten: they must not draw from the action noise's RNG
+            with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(devices=[]):
+                self.model = policy["builder"].build(
+                    policy["build_config"]
+                )  # rl-games prints shapes
+        model = self.model
+        model.load_state_dict(policy["state"])
+        model.eval()
+        obs, out = self.obs, {k: [] for k in ("obses", "actions", "mus", "sigmas", "neglogpacs",
+                                             "values", "rewards", "dones", "time_outs")}  # fmt: skip
+        stats, step_s, physics_s = [], [], []
+        with torch.no_grad():
+            for _ in range(horizon):
+                res = model(
+                    {"is_train": False, "prev_actions": None, "obs": obs, "rnn_states": None}
+                )
+                self.task.observe_values(res["values"][:, 0].to(dev))
+                actions = res["actions"].clamp(-1.0, 1.0) if clip_actions else res["actions"]
+                before, t0 = self.task.engine.physics_seconds, time.perf_counter()
+                r = self.task.step(actions.to(dev))
+                step_s.append(time.perf_counter() - t0)
+                physics_s.append(self.task.engine.physics_seconds - before)
+                for k in ("actions", "mus", "sigmas", "neglogpacs", "values"):
+                    out[k].append(res[k])
+                out["obses"].append(obs)
+                out["rewards"].append(r.reward)
+                out["dones"].append(r.done)
+                out["time_outs"].append(r.truncated)
+                stats.append(StepStats.of(r).to_host())
+                obs = r.obs
+            last = model({"is_train": False, "prev_actions": None, "obs": obs, "rnn_states": None})
+        self.obs = obs
+        host = {k: torch.stack(v).cpu().numpy() for k, v in out.items()}
+        host["neglogpacs"] = host["neglogpacs"].reshape(horizon, n)
+        return {**host, "last_obs": obs.cpu().numpy(), "last_values": last["values"].cpu().numpy(),
+                "stats": stats, "step_s": step_s, "physics_s": physics_s}  # fmt: skip
+
     def stats(self) -> dict[str, float]:
         return self.task.stats()
 
     def get_state(self) -> dict:
-        return task_state(self.task)
+        """The task's state, and the action noise's RNG (``rollout``)."""
+        return {**task_state(self.task), "actor_torch_rng": torch.get_rng_state()}
 
     def set_state(self, state: dict, episodes: bool = True) -> bool:
-        return load_task_state(self.task, state, episodes)
+        if state.get("actor_torch_rng") is not None:
+            torch.set_rng_state(state["actor_torch_rng"])
+        restored = load_task_state(self.task, state, episodes)
+        self.obs = None  # observed again from the restored state
+        return restored
 
 
 RAY_INLINE_RESULT_BYTES = 8 << 20
@@ -420,6 +487,30 @@ class RayVecEnv(IVecEnv):
         infos = {"time_outs": cat(3).bool(), "stats": stats, "actor_restarts": restarted,
                  "physics_s": max(r[5] for r in results)}  # fmt: skip
         return cat(0), cat(1), cat(2).to(torch.uint8), infos
+
+    @property
+    def actor_policy(self) -> bool:
+        """The actors run the policy and collect whole rollouts (``ray.actor_policy``)."""
+        return bool(self.rc.actor_policy)
+
+    def rollout(
+        self, policy: dict, horizon: int, clip_actions: bool = True
+    ) -> list[tuple[dict, int]]:
+        """Every actor's :meth:`EnvActor.rollout` of ``horizon`` steps by ``policy`` (put once
+        in the object store), in actor order, each with 1 if the actor died and its
+        replacement collected the rollout from fresh episodes (else 0)."""
+        model_ref = self.ray.put(policy)
+        refs = [a.rollout.remote(model_ref, horizon, clip_actions) for a in self.actors]
+        out = []
+        for i, ref in enumerate(refs):
+            try:
+                out.append((self.ray.get(ref, timeout=self.rc.step_timeout_s), 0))
+            except self._lost as err:
+                self._replace(i, err)  # a fresh actor (checkpointed ASI buffers), new episodes
+                out.append((self.ray.get(self.actors[i].rollout.remote(model_ref, horizon, clip_actions),
+                                         timeout=self.rc.step_timeout_s), 1))  # fmt: skip
+        self._values = None
+        return out
 
     def _replace(self, i: int, err: Exception):
         """Start a new actor in slot ``i``; its envs report done (as time-outs) this step."""
