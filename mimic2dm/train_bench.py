@@ -164,6 +164,7 @@ def bench_train(
     out_dir: str | Path | None = None,
     candidate: list[str] | None = None,
     extra: tuple[str, ...] = tuple(EXTRAS),
+    repeats: int = 1,
 ) -> dict:
     """Measure the baseline, the serial loop and the defaults (in-process, 1 and 2 Ray
     actors; the serial and default in-process modes of each ``extra``) in this process.
@@ -176,6 +177,9 @@ def bench_train(
         candidate: overrides of the default modes only (after ``overrides``), not
             :data:`FIXED` ones nor the extras' serial modes.
         extra: other characters / tasks to measure (keys of :data:`EXTRAS`).
+        repeats: rounds over all the modes, in turn (a machine whose speed drifts then
+            drifts for every mode alike); each mode reports its median round (by wall
+            samples/s) and ``rounds``, every round's wall samples/s.
 
     Returns:
         ``{"seconds", "baseline_overrides", "serial_overrides", "modes": {name: {settings,
@@ -192,17 +196,28 @@ def bench_train(
     modes = plan(tuple(extra))
     root = Path(out_dir or tempfile.mkdtemp(prefix="m2d_bench_"))
     common = list(overrides or []) + ([f"train.num_envs={num_envs}"] if num_envs else [])
-    results, owns = {}, False
+    if repeats < 1:
+        raise ValueError(f"--repeats must be >= 1, got {repeats}")
+    rounds: dict[str, list[dict]] = {name: [] for name, *_ in modes}
+    owns = False
     try:
-        for name, group, actors, fixed in modes:
-            if actors and not ray.is_initialized():
-                owns = init_ray(RayConfig(enabled=True), root)
-            run_dir = root / name.replace(" ", "_").replace(",", "")
-            own = [] if name in FIXED or name.endswith(", serial") else list(candidate or [])
-            results[name] = _measure(run_dir, group, actors, seconds, [*fixed, *common, *own])
+        for k in range(repeats):
+            for name, group, actors, fixed in modes:
+                if actors and not ray.is_initialized():
+                    owns = init_ray(RayConfig(enabled=True), root)
+                run_dir = root / f"{name.replace(' ', '_').replace(',', '')}_{k}"
+                own = [] if name in FIXED or name.endswith(", serial") else list(candidate or [])
+                rounds[name].append(
+                    _measure(run_dir, group, actors, seconds, [*fixed, *common, *own])
+                )
     finally:
         if owns:
             ray.shutdown()
+    results = {}
+    for name, rs in rounds.items():
+        ordered = sorted(rs, key=lambda r: r["wall_samples_per_s"])
+        results[name] = {**ordered[(len(ordered) - 1) // 2],
+                         "rounds": [r["wall_samples_per_s"] for r in rs]}  # fmt: skip
 
     def ratios(ref) -> dict[str, float]:
         def den(name: str) -> float:
@@ -213,7 +228,7 @@ def bench_train(
     vs_in = ratios(lambda _: "in-process")
     vs_serial = ratios(reference_of)
     return {
-        "seconds": seconds, "baseline_overrides": list(BASELINE), "serial_overrides": list(SERIAL),
+        "seconds": seconds, "repeats": repeats, "baseline_overrides": list(BASELINE), "serial_overrides": list(SERIAL),
         "candidate_overrides": list(candidate or []), "modes": results,
         "ratios": {"vs_baseline": ratios(lambda _: "baseline"), "vs_serial": vs_serial,
                    "vs_in_process": vs_in, "2_actors_vs_in_process": vs_in["ray, 2 actors"],
@@ -238,7 +253,9 @@ def _per_sample_ratios(results: dict) -> dict[str, dict[str, float]]:
 
 def _tables(result: dict) -> list[Table]:
     modes, ratios = result["modes"], result["ratios"]
-    speed = Table(title=f"PPO training throughput, {result['seconds']:g} s per mode")
+    rounds = result.get("repeats", 1)
+    each = f", median of {rounds} rounds" if rounds > 1 else ""
+    speed = Table(title=f"PPO training throughput, {result['seconds']:g} s per mode{each}")
     cols = ("mode", "envs", "minibatch\nx epochs", "physics\nHz", "overlap", "PPO\nsamples/s",
             "wall\nsamples/s", "epochs", "vs\nbaseline", "vs\nserial", "vs\nin-process")  # fmt: skip
     for col in cols:
@@ -287,6 +304,9 @@ def bench_train_command(
         ",".join(EXTRAS),
         help="Other characters / tasks measured in-process, comma-separated ('' for none).",
     ),
+    repeats: int = typer.Option(
+        1, help="Rounds over all the modes, in turn; each mode reports its median round."
+    ),
     json_out: JsonOption = None,
 ) -> None:
     """PPO training speed: defaults vs a fixed baseline and the serial loop, in-process vs 1
@@ -297,8 +317,12 @@ def bench_train_command(
     extras = tuple(e for e in extra.split(",") if e)
     with exit_on(ValueError):
         plan(extras)
+        if repeats < 1:
+            raise ValueError(f"--repeats must be >= 1, got {repeats}")
     with library_output_to_log("bench"):
-        result = bench_train(num_envs, seconds, override, candidate=candidate, extra=extras)
+        result = bench_train(
+            num_envs, seconds, override, candidate=candidate, extra=extras, repeats=repeats
+        )
     console = human_console(json_out)
     for table in _tables(result):
         console.print(table)

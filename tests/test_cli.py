@@ -92,7 +92,7 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
     overrides = [o for o in TINY if not o.startswith(("train.num_envs", "train.minibatch_size"))]
     overrides += ["data.clips.0.make.seconds=1.5"]
     r = bench_train(num_envs=8, seconds=1.0, overrides=overrides, out_dir=tmp_path, extra=("dog",),
-                    candidate=["train.horizon_length=4", "train.network.precision=bf16"])  # fmt: skip
+                    candidate=["train.horizon_length=4", "train.network.precision=bf16"], repeats=2)  # fmt: skip
     names = [
         "baseline",
         "serial",
@@ -103,7 +103,9 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
         "dog, serial",
         "dog",
     ]
-    assert list(r["modes"]) == names
+    assert list(r["modes"]) == names and r["repeats"] == 2
+    for m in r["modes"].values():  # two rounds each, the lower one reported (the median of 2)
+        assert len(m["rounds"]) == 2 and m["wall_samples_per_s"] == min(m["rounds"])
     ratios = r["ratios"]
     assert (
         set(ratios["vs_baseline"])
@@ -176,6 +178,8 @@ def test_bench_train_reports_modes_ratios_and_the_time_breakdown(tmp_path):
 def test_bench_train_refuses_an_unknown_extra():
     res = CliRunner().invoke(app, ["bench", "train", "--extra", "dog,cat"])
     assert res.exit_code == 1 and "--extra cat" in res.output and "dog, dribble" in res.output
+    res = CliRunner().invoke(app, ["bench", "train", "--repeats", "0"])
+    assert res.exit_code == 1 and "--repeats must be >= 1" in res.output
 
 
 def test_time_breakdown_parts_sum_to_the_epoch():
