@@ -261,11 +261,10 @@ class EnvActor:
             self.reset(False)
         dev, n = self.task.device, self.task.num_envs
         if self.model is None:
-            # its random initial weights are overwritten: they must not draw from the action noise's RNG
+            # its random initial weights are overwritten: they must not draw from the action
+            # noise's RNG; rl-games prints its normalisers' shapes
             with contextlib.redirect_stdout(io.StringIO()), torch.random.fork_rng(devices=[]):
-                self.model = policy["builder"].build(
-                    policy["build_config"]
-                )  # rl-games prints shapes
+                self.model = policy["builder"].build(policy["build_config"]).to(dev)
         model = self.model
         model.load_state_dict(policy["state"])
         model.eval()
