@@ -19,8 +19,16 @@ RAY = ["ray=local", "ray.num_actors=2", "ray.actor_cpus=0.5", "ray.actor_policy=
 
 @pytest.fixture(scope="module")
 def clip(tmp_path_factory):
+    """The demo clip, with a local Ray cluster for this module only: a cluster left running
+    would die with the next ``ray stop`` of another test (tests/test_cluster.py), and this
+    process with it."""
+    import ray
+
+    started = not ray.is_initialized()
     ensure_ray()
-    return write_demo(tmp_path_factory.mktemp("clip") / "demo.npz")
+    yield write_demo(tmp_path_factory.mktemp("clip") / "demo.npz")
+    if started:
+        ray.shutdown()
 
 
 def test_the_actors_batch_is_what_the_learners_policy_gives_for_it(tmp_path, clip):
