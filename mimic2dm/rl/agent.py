@@ -264,26 +264,9 @@ class TrackerAgent(A2CAgent):
             t0 = time.perf_counter()
             o, rewards, dones, infos = env.finish(g)
             step_time += time.perf_counter() - t0
-            rewards = rewards.to(self.ppo_device).unsqueeze(1)
-            dones = dones.to(self.ppo_device)
-            shaped = self.rewards_shaper(rewards)
-            if self.value_bootstrap and "time_outs" in infos:
-                timeouts = self.cast_obs(infos["time_outs"]).unsqueeze(1).float()
-                shaped = shaped + self.gamma * res["values"] * timeouts
-            buf["rewards"][n, a:b] = shaped
-            self.current_rewards[a:b] += rewards
-            self.current_shaped_rewards[a:b] += shaped
-            self.current_lengths[a:b] += 1
-            done_ids = dones.nonzero(as_tuple=False)[:: self.num_agents] + a
-            self.game_rewards.update(self.current_rewards[done_ids])
-            self.game_shaped_rewards.update(self.current_shaped_rewards[done_ids])
-            self.game_lengths.update(self.current_lengths[done_ids])
-            self.algo_observer.process_infos(infos, done_ids)
-            keep = (1.0 - dones.float()).unsqueeze(1)
-            self.current_rewards[a:b] *= keep
-            self.current_shaped_rewards[a:b] *= keep
-            self.current_lengths[a:b] *= keep.squeeze(1)
-            self.dones[a:b] = dones
+            timeouts = self.cast_obs(infos["time_outs"]) if "time_outs" in infos else None
+            self._record_step(n, a, b, rewards.to(self.ppo_device).unsqueeze(1), dones.to(self.ppo_device),
+                              timeouts, res["values"], infos)  # fmt: skip
             obs[a:b] = o.to(obs.device)
 
         groups = range(env.num_groups)
@@ -330,29 +313,38 @@ class TrackerAgent(A2CAgent):
                 stats.merge(r["stats"][n])
             rewards = torch.cat([t(r["rewards"][n]) for r, _ in results]).unsqueeze(1)
             dones = torch.cat([t(r["dones"][n]) for r, _ in results]).to(self.dones.dtype)
-            time_outs = torch.cat([t(r["time_outs"][n]) for r, _ in results]).unsqueeze(1).float()
-            shaped = self.rewards_shaper(rewards)
-            if self.value_bootstrap:
-                shaped = shaped + self.gamma * buf["values"][n] * time_outs
-            buf["rewards"][n] = shaped
-            self.current_rewards += rewards
-            self.current_shaped_rewards += shaped
-            self.current_lengths += 1
-            done_ids = dones.nonzero(as_tuple=False)[:: self.num_agents]
-            self.game_rewards.update(self.current_rewards[done_ids])
-            self.game_shaped_rewards.update(self.current_shaped_rewards[done_ids])
-            self.game_lengths.update(self.current_lengths[done_ids])
-            infos = {"time_outs": time_outs[:, 0].bool(), "stats": stats,
+            time_outs = torch.cat([t(r["time_outs"][n]) for r, _ in results])
+            infos = {"time_outs": time_outs.bool(), "stats": stats,
                      "actor_restarts": sum(k for _, k in results) if n == 0 else 0,
                      "physics_s": min(step_s, max(r["physics_s"][n] for r, _ in results))}  # fmt: skip
-            self.algo_observer.process_infos(infos, done_ids)
-            keep = (1.0 - dones.float()).unsqueeze(1)
-            self.current_rewards *= keep
-            self.current_shaped_rewards *= keep
-            self.current_lengths *= keep.squeeze(1)
-            self.dones = dones
+            self._record_step(
+                n, 0, self.num_actors, rewards, dones, time_outs, buf["values"][n], infos
+            )
         self.obs = {"obs": torch.cat(obs)}
         return self._rollout_batch(torch.cat(last_values), step_time)
+
+    def _record_step(self, n: int, a: int, b: int, rewards: torch.Tensor, dones: torch.Tensor,
+                     time_outs: torch.Tensor | None, values: torch.Tensor, infos: dict) -> None:  # fmt: skip
+        """rl-games' per-step bookkeeping for envs ``a:b`` at step ``n``: shaped rewards (values
+        bootstrapped at time-outs) into the buffer, returns and lengths, the episode meters and
+        the observer's infos for the envs whose episodes ended, and ``dones``."""
+        shaped = self.rewards_shaper(rewards)
+        if self.value_bootstrap and time_outs is not None:
+            shaped = shaped + self.gamma * values * time_outs.unsqueeze(1).float()
+        self.experience_buffer.tensor_dict["rewards"][n, a:b] = shaped
+        self.current_rewards[a:b] += rewards
+        self.current_shaped_rewards[a:b] += shaped
+        self.current_lengths[a:b] += 1
+        done_ids = dones.nonzero(as_tuple=False)[:: self.num_agents] + a
+        self.game_rewards.update(self.current_rewards[done_ids])
+        self.game_shaped_rewards.update(self.current_shaped_rewards[done_ids])
+        self.game_lengths.update(self.current_lengths[done_ids])
+        self.algo_observer.process_infos(infos, done_ids)
+        keep = (1.0 - dones.float()).unsqueeze(1)
+        self.current_rewards[a:b] *= keep
+        self.current_shaped_rewards[a:b] *= keep
+        self.current_lengths[a:b] *= keep.squeeze(1)
+        self.dones[a:b] = dones
 
     def _build_config(self) -> dict:
         """rl-games' ``build_config`` of this agent's model (as ``A2CAgent.__init__`` makes it)."""
