@@ -264,7 +264,9 @@ class Distiller:
         self.collect_threads = int(tc.collect_threads)
         if tc.torch_threads:
             torch.set_num_threads(int(tc.torch_threads))  # the update's, as in training
-        layout = {k: v for k, v in vec_env.obs_layout().items() if k != "privileged"}
+        layout = {
+            k: v for k, v in vec_env.obs_layout().items() if k not in ("privileged", "critic")
+        }
         A = int(vec_env.get_env_info()["action_space"].shape[0])
         params = rl_games_params(
             tc, layout, vec_env.num_envs, int(cfg.seed), str(run_dir), spec.task

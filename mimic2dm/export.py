@@ -68,8 +68,10 @@ def observation_layout(task) -> dict:
             :mod:`mimic2dm.tasks.tracking2d.observations`).
     """
     spec = task.engine.character
-    B, J, K = len(spec.body_names), task.action_dim, task.K
+    B, J = len(spec.body_names), task.action_dim
     n, kb = task.cfg.num_future, len(spec.key_bodies)
+    K = task.view_points()[0].shape[2]  # points per view: the keypoints, then e.g. a ball centre
+    objects = K - task.K
     prop = [
         ("root_height", 1, "root height above the ground (m)"),
         ("root_lin_vel", 3, "root linear velocity in the heading frame (m/s)"),
@@ -79,8 +81,10 @@ def observation_layout(task) -> dict:
         ("dof_vel", J, "joint velocities (rad/s), action joint order"),
         ("key_body_pos", 3 * kb, f"positions relative to the root in the heading frame (m), bodies {list(spec.key_bodies)}"),
     ]  # fmt: skip
+    if getattr(task.cfg, "ball_in_proprioception", False):
+        prop.append(("ball_state", 6, "the ball's position and velocity relative to the root in the heading frame (m, m/s)"))  # fmt: skip
     view = [
-        ("own_keypoints", 2 * K, "the character's projected keypoints [K, 2], normalised image coordinates ((u - cx) / fx, (v - cy) / fy) relative to its own projected root; 0 behind the camera"),
+        ("own_keypoints", 2 * K, "the character's projected view points [K, 2] (view_points: keypoints, then object centres), normalised image coordinates ((u - cx) / fx, (v - cy) / fy) relative to its own projected root; 0 behind the camera"),
         ("ref_keypoints", 2 * K * n, f"reference keypoints of frames t+1..t+{n} [{n}, K, 2] relative to the reference root; 0 where masked"),
         ("ref_mask", K * n, f"reference keypoint observed (1) or not (0) [{n}, K]"),
         ("ref_root_offset", 2 * n, f"reference root minus own projected root [{n}, 2]"),
@@ -101,7 +105,7 @@ def observation_layout(task) -> dict:
             f"the task has {task.prop_dim} / {task.view_dim}"
         )
     return {
-        "size": task.obs_dim,
+        "size": actor_width(task),
         "prop_size": prop_dim,
         "view_size": view_dim,
         "num_views": task.V,
@@ -112,6 +116,7 @@ def observation_layout(task) -> dict:
         "num_future": n,
         "keypoint_set": spec.keypoint_set,
         "keypoint_names": list(spec.keypoint_names),
+        "view_points": [*spec.keypoint_names, *(f"object_{i}_centre" for i in range(objects))],
         "root_keypoints": [spec.keypoint_names[i] for i in task.root_idx.tolist()],
         "normalisation": "inside the model (running mean / std of prop and of views, clipped)",
     }
@@ -133,6 +138,11 @@ def action_mapping(task) -> dict:
         "pd_target": "clip(offset + scale * clip(action, -1, 1), lower, upper) (rad)",
         "joints": joints,
     }
+
+
+def actor_width(task) -> int:
+    """The width of the actor's observation ``[prop | views]`` (no critic-only columns)."""
+    return task.obs_dim - int(task.obs_layout().get("critic", 0))
 
 
 # ---------------------------------------------------------------------------- rollout
@@ -276,7 +286,8 @@ def export_policy(checkpoint: str | Path, out_dir: str | Path, fmt: str = "onnx"
     net = policy.model.a2c_network
     trained_bf16, net.bf16 = net.bf16, False  # exports (and their check) are float32 throughout
     try:
-        obs = record_observations(policy, task, steps)
+        # the exported actor takes [prop | views]: columns only the critic sees are dropped
+        obs = record_observations(policy, task, steps)[:, : actor_width(task)]
         lo, hi = task.engine.get_dof_limits()
         module = ExportedPolicy(net, task.act_offset, task.act_scale, lo, hi).eval()
         # two views per example row: torch.export specialises sizes seen as 1

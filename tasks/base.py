@@ -132,14 +132,14 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def obs_layout(self) -> dict[str, int]:
         """``{"prop": P, "view": W, "views": V}``: observations are ``[prop | view_1..view_V]``
-        (plus ``privileged``: a teacher's part appended after them, where a task has one)."""
+        (plus ``critic``: columns only the critic sees, or ``privileged``: a teacher's part,
+        appended after them where a task has one)."""
 
     @property
     def obs_dim(self) -> int:
         lay = self.obs_layout()
-        return (
-            int(lay["prop"]) + int(lay["views"]) * int(lay["view"]) + int(lay.get("privileged", 0))
-        )
+        extra = int(lay.get("critic", 0)) + int(lay.get("privileged", 0))
+        return int(lay["prop"]) + int(lay["views"]) * int(lay["view"]) + extra
 
     @abc.abstractmethod
     def reset(self, env_ids: torch.Tensor) -> None:

@@ -36,6 +36,17 @@ def pytest_report_header(config) -> str:
     return f"shared data: {shared_data.shared_dir()}{note}"
 
 
+def pytest_runtest_setup(item) -> None:
+    """A slow test that would start after ``$MIMIC2DM_SLOW_DEADLINE`` (Unix time; `.ci/run`
+    sets it so that the whole CI stays within its time budget) is skipped, with the reason."""
+    deadline = os.environ.get("MIMIC2DM_SLOW_DEADLINE")
+    if deadline and item.get_closest_marker("slow") is not None:
+        import time
+
+        if time.time() > float(deadline):
+            pytest.skip("CI time budget spent (MIMIC2DM_SLOW_DEADLINE): slow test not started")
+
+
 @pytest.fixture
 def gl_backend() -> str:
     """The GL back-end videos render with; skips the test where none works."""

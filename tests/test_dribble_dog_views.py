@@ -271,3 +271,77 @@ def test_ball_touches_and_longest_gap_from_contact_flags():
     rec["obj_hit"] = torch.zeros(1, T, dtype=torch.bool)
     m = _object_metrics(rec, 0, T, 1080.0, 1.5, 30.0)
     assert m["ball_touches"] == 0 and m["ball_touch_max_gap_s"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("lead, at", [(-1, 7), (0, 3)])
+def test_a_lost_ball_counts_for_asi_where_it_was_lost(tmp_path, lead, at):
+    """``ball_failure_lead``: a ball_lost termination counts for ASI's failure sampling at the
+    ball's first lost step (minus the lead, never before the episode's start), or with -1
+    at the termination; the sample counts stay at the observed frames."""
+    asi = {"enabled": True, "capacity": 1, "failure_decay": 1.0, "iteration_steps": 1000}
+    cfg = {"ball_lost_steps": 5, "tau_term": 50.0, "ball_failure_lead": lead, "asi": asi}
+    task = make_task(_dribble_spec(tmp_path, **cfg), 2)
+    starts = torch.full((2,), 3, dtype=torch.long)
+    states = task.asi.sample_states(starts, task.gen)
+    states.object_pos[1, 0, :2] += torch.tensor([4.0, 0.0])
+    task.start_episodes(torch.arange(2), starts, states)
+    for _ in range(5):  # the 5th step (observed frame 7) ends env 1 with ball_lost
+        r = task.step(torch.zeros(2, task.action_dim))
+    assert r.causes["ball_lost"].tolist() == [False, True]
+    counts = task.asi.failure_counts
+    task.close()
+    assert counts.nonzero().flatten().tolist() == [at] and counts[at] == 1.0
+    assert task.asi.sample_counts[3:8].tolist() == [2.0] * 5
+
+
+def test_ball_failure_frames_move_back_by_the_lead(tmp_path):
+    """Onset = observed frame - (lost steps - 1) - lead, clamped at the episode's first frame;
+    envs that did not lose the ball keep their frame."""
+    task = make_task(_dribble_spec(tmp_path, ball_failure_lead=2), 3)
+    task._ball_lost = torch.tensor([True, True, False])
+    task.lost = torch.tensor([5, 5, 0])
+    task.steps = torch.tensor([20, 6, 20])
+    got = task.failure_frames(torch.tensor([30, 30, 30]))
+    task.close()
+    assert got.tolist() == [24, 25, 30]  # 30 - 4 - 2; clamped at 30 - 5; unchanged
+
+
+def test_ball_in_critic_appends_the_ball_state_for_the_critic_only(tmp_path):
+    """``ball_in_critic``: the observation ends with the ball's root-relative state, which the
+    layout gives to the critic (``critic``: 6); the rest is the observation without it."""
+    plain = make_task(_dribble_spec(tmp_path), 2)
+    task = make_task(_dribble_spec(tmp_path, ball_in_critic=True), 2)
+    lay, obs, base = task.obs_layout(), task.observe(), plain.observe()
+    s = task.engine.get_state()
+    want = ball_terms.ball_state(s.root_pos, s.root_rot, s.object_pos[:, 0], s.object_lin_vel[:, 0])
+    plain.close()
+    task.close()
+    assert lay["critic"] == 6 and obs.shape[1] == task.obs_dim == base.shape[1] + 6
+    assert torch.allclose(obs[:, :-6], base) and torch.allclose(obs[:, -6:], want)
+    assert obs[0, -6] == pytest.approx(1.0, abs=0.05)  # the ball 1 m ahead of the root
+
+
+def test_a_run_with_the_ball_in_the_critic_trains_evaluates_and_exports(tmp_path, one_torch_thread):
+    """Real rl-games: two epochs with the critic columns, then eval and an ONNX export whose
+    input is the actor's observation only."""
+    from rl_helpers import tiny_config
+
+    from mimic2dm.eval import evaluate
+    from mimic2dm.export import export_policy
+    from mimic2dm.train import train
+
+    clip = tmp_path / "ball.npz"
+    save_motion2d(standing_clip("humanoid", frames=40, ball=True), clip)
+    train(tiny_config(tmp_path / "run", clip, "task=dribble", "task.ball_in_critic=true",
+                      "train.max_epochs=2", "logger.video_every=0", "logger.tensorboard=false",
+                      "train.network.precision=fp32"))  # fmt: skip
+    ck = tmp_path / "run" / "checkpoints" / "last.pt"
+    res = evaluate(ck, data=[str(clip)])
+    assert "object_error_2d_px" in res
+    desc = export_policy(ck, tmp_path / "onnx", data=[str(clip)], num_envs=2, steps=2)
+    assert desc["check"]["passed"], desc["check"]
+    assert (
+        desc["observation"]["size"]
+        == desc["observation"]["prop_size"] + desc["observation"]["view_size"]
+    )
+    assert desc["observation"]["view_points"][-1] == "object_0_centre"

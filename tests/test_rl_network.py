@@ -134,3 +134,50 @@ def test_precision_is_checked_and_auto_resolves_by_the_hardware(tmp_path):
     params = {**network_params(NetworkConfig(), LAYOUT), "precision": "auto"}
     with pytest.raises(ValueError, match="precision"):
         ViewAggregationNetwork(params, actions_num=A)  # the network takes resolved values only
+
+
+# ----------------------------------------------------------------------------- critic-only columns
+CRITIC = 3
+
+
+def make_asymmetric():
+    torch.manual_seed(0)
+    layout = {**LAYOUT, "critic": CRITIC}
+    params = network_params(NetworkConfig(encoder_units=[32], head_units=[16, 16]), layout)
+    width = LAYOUT["prop"] + LAYOUT["view"] + CRITIC
+    return build_model(params, width, A, normalize_value=True).a2c_network
+
+
+def test_critic_columns_reach_the_value_and_never_the_actor():
+    """``obs_layout["critic"]``: the last columns change the value, not the action mean; the
+    actor gives the same mean with or without them, with any number of views."""
+    net = make_asymmetric()
+    x = obs(5, 1)
+    c1, c2 = torch.randn(5, CRITIC), torch.randn(5, CRITIC)
+    mu1, _, v1, _ = net({"obs": torch.cat([x, c1], 1)})
+    mu2, _, v2, _ = net({"obs": torch.cat([x, c2], 1)})
+    assert torch.equal(mu1, mu2) and not torch.allclose(v1, v2)
+    assert torch.allclose(net.action_mean(x), mu1, atol=1e-6)  # the exported actor's input
+    x2 = torch.cat([x, x[:, LAYOUT["prop"] :]], 1)  # two identical views
+    mu3, _, v3, _ = net({"obs": torch.cat([x2, c1], 1)})
+    assert torch.allclose(mu3, mu1, atol=1e-6) and torch.allclose(v3, v1, atol=1e-6)
+    with pytest.raises(ValueError, match="critic needs its 3 columns"):
+        net({"obs": x})
+
+
+def test_critic_columns_are_normalised_with_their_own_statistics():
+    net = make_asymmetric()
+    x = torch.cat([obs(64, 1), 10.0 + 3.0 * torch.randn(64, CRITIC)], 1)
+    net.update_normalizers(x)
+    assert torch.allclose(net.critic_norm.mean.float(), x[:, -CRITIC:].mean(0), atol=1e-4)
+    assert torch.allclose(net.prop_norm.mean.float(), x[:, : LAYOUT["prop"]].mean(0), atol=1e-4)
+
+
+@pytest.mark.parametrize("critic, cfg, match", [
+    (LAYOUT["view"] * 2, {}, "multiple of the view width"),
+    (CRITIC, {"separate_critic": False}, "separate_critic"),
+])  # fmt: skip
+def test_critic_columns_that_cannot_work_are_refused(critic, cfg, match):
+    params = network_params(NetworkConfig(**cfg), {**LAYOUT, "critic": critic})
+    with pytest.raises(ValueError, match=match):
+        build_model(params, LAYOUT["prop"] + LAYOUT["view"] + critic, A, normalize_value=True)

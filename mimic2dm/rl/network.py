@@ -6,6 +6,12 @@ and a head maps the mean to the action mean::
 
     mu = head(mean_v(encoder(prop, view_v)))
 
+A layout with ``critic: C`` appends ``C`` columns that only the critic sees (an asymmetric
+actor-critic: simulation state the policy is not given, e.g. the dribble's ball state):
+``[prop | views | critic]``. The critic's tower encodes ``(prop, critic, view_v)``; the
+actor's path ignores those columns and also accepts observations without them (an
+exported policy's input).
+
 With ``encoder_units=[512]`` and ``head_units=[256, 256]`` this is the paper's
 512-256-256 MLP when ``V = 1``. Nothing depends on ``V``: a policy trained with one view
 runs with two or more zero-shot. Observations are normalised inside the network with
@@ -102,11 +108,19 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
         clip = float(params.get("obs_clip", 5.0))
         self.prop_norm = RunningNorm(self.prop_dim, clip)
         self.view_norm = RunningNorm(self.view_dim, clip)
+        self.critic_dim = int(layout.get("critic", 0))
+        if self.critic_dim and self.critic_dim % self.view_dim == 0:
+            raise ValueError(f"obs_layout critic width {self.critic_dim} is a multiple of the view width "
+                             f"{self.view_dim}: observations with and without it could not be told apart")  # fmt: skip
+        if self.critic_dim:
+            self.critic_norm = RunningNorm(self.critic_dim, clip)
         act = params.get("activation", "relu")
         enc, head = list(params["encoder_units"]), list(params["head_units"])
         self.actor = self._tower(enc, head, act)
         self.separate_critic = bool(params.get("separate_critic", True))
-        self.critic = self._tower(enc, head, act) if self.separate_critic else None
+        if self.critic_dim and not self.separate_critic:
+            raise ValueError("obs_layout 'critic' columns need network.separate_critic: true")
+        self.critic = self._tower(enc, head, act, self.critic_dim) if self.separate_critic else None
         self.mu = nn.Linear(head[-1], actions_num)
         self.value = nn.Linear(head[-1], value_size)
         with torch.no_grad():
@@ -123,9 +137,9 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
             layers += [nn.Linear(a, b), self.activations_factory.create(act)]
         return nn.Sequential(*layers)
 
-    def _tower(self, enc: list[int], head: list[int], act: str) -> nn.ModuleDict:
+    def _tower(self, enc: list[int], head: list[int], act: str, extra: int = 0) -> nn.ModuleDict:
         return nn.ModuleDict({
-            "encoder": self._mlp([self.prop_dim + self.view_dim, *enc], act),
+            "encoder": self._mlp([self.prop_dim + extra + self.view_dim, *enc], act),
             "head": self._mlp([enc[-1], *head], act),
         })  # fmt: skip
 
@@ -136,6 +150,13 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
         with torch.autocast(x.device.type, dtype=torch.bfloat16):
             h = tower["head"](tower["encoder"](x).float().mean(dim=1))
         return h.float()
+
+    def split_critic(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``obs`` -> ``(obs [B, prop + V * view], critic columns [B, C] or None)``: the
+        critic's columns are there when the width is not a whole number of views without them."""
+        if self.critic_dim and (obs.shape[-1] - self.prop_dim) % self.view_dim:
+            return obs[:, : -self.critic_dim], obs[:, -self.critic_dim :]
+        return obs, None
 
     def normalized_inputs(self, obs: torch.Tensor) -> torch.Tensor:
         """``obs [B, prop + V * view]`` -> per-view inputs ``[B, V, prop + view]``."""
@@ -148,21 +169,38 @@ class ViewAggregationNetwork(NetworkBuilder.BaseNetwork):
     def update_normalizers(self, obs: torch.Tensor) -> None:
         """Fold a batch of raw observations ``[M, prop + V * view]`` into the running statistics."""
         if self.normalize_input:
+            obs, extra = self.split_critic(obs)
             prop, views = split_views(obs, self.prop_dim, self.view_dim)
             self.prop_norm.update(prop)
             self.view_norm.update(views.reshape(-1, self.view_dim))
+            if extra is not None:
+                self.critic_norm.update(extra)
+
+    def critic_inputs(self, x: torch.Tensor, extra: torch.Tensor | None) -> torch.Tensor:
+        """The critic tower's per-view inputs: ``x [B, V, prop + view]`` with the critic's
+        normalised columns inserted after the proprioception."""
+        if not self.critic_dim:
+            return x
+        if extra is None:
+            raise ValueError(f"the critic needs its {self.critic_dim} columns (obs_layout 'critic') "
+                             "after the views; this observation has none")  # fmt: skip
+        c = self.critic_norm(extra) if self.normalize_input else extra
+        c = c[:, None].expand(-1, x.shape[1], -1)
+        return torch.cat([x[..., : self.prop_dim], c, x[..., self.prop_dim :]], dim=-1)
 
     def forward(self, obs_dict: dict):
-        x = self.normalized_inputs(obs_dict["obs"])
+        obs, extra = self.split_critic(obs_dict["obs"])
+        x = self.normalized_inputs(obs)
         a = self._features(self.actor, x)
         mu = self.mu(a)
-        c = self._features(self.critic, x) if self.separate_critic else a
+        c = self._features(self.critic, self.critic_inputs(x, extra)) if self.separate_critic else a
         value = self.value(c)
         return mu, self.logstd.expand_as(mu), value, None
 
     def action_mean(self, obs: torch.Tensor) -> torch.Tensor:
-        """The actor's ``mu [B, A]`` of raw observations ``obs [B, prop + V * view]`` (the
-        :meth:`forward` value without the critic's tower)."""
+        """The actor's ``mu [B, A]`` of raw observations ``obs [B, prop + V * view]``, with or
+        without the critic's columns (the :meth:`forward` value without the critic's tower)."""
+        obs, _ = self.split_critic(obs)
         return self.mu(self._features(self.actor, self.normalized_inputs(obs)))
 
     def get_value_layer(self):

@@ -95,8 +95,9 @@ class Policy:
             deterministic: the Gaussian's mean; otherwise a sample (torch's global RNG).
         """
         self.model.eval()
-        mu, logstd, _, _ = self.model.a2c_network({"obs": obs.float()})
-        a = mu if deterministic else mu + torch.exp(logstd) * torch.randn_like(mu)
+        net = self.model.a2c_network
+        mu = net.action_mean(obs.float())  # the actor only: observations may omit critic columns
+        a = mu if deterministic else mu + torch.exp(net.logstd.expand_as(mu)) * torch.randn_like(mu)
         return a.clamp(-1.0, 1.0)
 
     @torch.no_grad()

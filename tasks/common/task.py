@@ -271,7 +271,14 @@ class ReferenceTask(EpisodeTask):
         """ASI counts samples (at the observed frame) and early terminations per frame."""
         if self.replays_starts:
             ids = torch.arange(self.N, device=self.device)
-            self.asi.note_step(self.global_frame(ids) - 1, terminated)
+            frames = self.global_frame(ids) - 1
+            self.asi.note_step(frames, terminated, self.failure_frames(frames))
+
+    def failure_frames(self, frames: torch.Tensor) -> torch.Tensor | None:
+        """``[N]`` the global frame at which each env's early termination counts for ASI's
+        ``failure`` start sampling, given the observed ``frames [N]``; None: at ``frames``.
+        A task whose failures begin before they end an episode moves them back."""
+        return None
 
     def observe_values(self, values: torch.Tensor) -> int:
         """Score the states behind the last observation with the critic's ``values [N]``.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 from mimic2dm.tasks.dribble.config import DribbleConfig
-from mimic2dm.tasks.dribble.terms import ball_far, ball_state, count_lost
+from mimic2dm.tasks.dribble.terms import BALL_STATE_DIM, ball_far, ball_state, count_lost
 from mimic2dm.tasks.tracking2d.source import ReferenceSource
 from mimic2dm.tasks.tracking2d.task import Tracking2DTask
 
@@ -39,6 +39,7 @@ class DribbleTask(Tracking2DTask):
             raise ValueError("task 'dribble' needs a simulated ball: set `objects: [ball]` "
                              "(conf/task/dribble.yaml; TaskSpec.objects)")  # fmt: skip
         self.lost = torch.zeros(engine.num_envs, dtype=torch.long, device=engine.device)
+        self._ball_lost: torch.Tensor | None = None  # the last step's ball_lost cause
         super().__init__(engine, source, cfg, seed, init)  # view_points() checks the ball track
 
     def start_episodes(self, env_ids, starts, states, view_ids=None) -> None:
@@ -79,6 +80,21 @@ class DribbleTask(Tracking2DTask):
             -1,
         )
 
+    def obs_layout(self) -> dict[str, int]:
+        """The tracker's layout, plus ``critic``: the ball state only the critic sees."""
+        layout = super().obs_layout()
+        if self.cfg.ball_in_critic:
+            layout["critic"] = BALL_STATE_DIM
+        return layout
+
+    def observe(self) -> torch.Tensor:
+        obs = super().observe()
+        if not self.cfg.ball_in_critic:
+            return obs
+        s = self.obs_state
+        ball = ball_state(s.root_pos, s.root_rot, s.object_pos[:, 0], s.object_lin_vel[:, 0])
+        return torch.cat([obs, ball], -1)
+
     # ------------------------------------------------------------------ terminations
     def terminations(self, uv, ref, mask, H) -> dict[str, torch.Tensor]:
         causes = super().terminations(uv, ref, mask, H)
@@ -91,4 +107,15 @@ class DribbleTask(Tracking2DTask):
             lost = torch.zeros_like(lost)
         earlier = causes["reprojection"] | causes["fall"] | causes["nonfinite"]
         causes["ball_lost"] = lost & ~earlier
+        self._ball_lost = causes["ball_lost"]
         return causes
+
+    def failure_frames(self, frames: torch.Tensor) -> torch.Tensor | None:
+        """A lost ball counts for ASI where it began: ``ball_failure_lead`` frames before the
+        first of its lost steps (the touch that sent it astray), never before the episode's
+        start frame. Other terminations count where they happen."""
+        if self._ball_lost is None or self.cfg.ball_failure_lead < 0:
+            return None
+        onset = frames - (self.lost - 1).clamp_min(0) - self.cfg.ball_failure_lead
+        onset = torch.maximum(onset, frames - (self.steps - 1).clamp_min(0))
+        return torch.where(self._ball_lost, onset, frames)

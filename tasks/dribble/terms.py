@@ -6,6 +6,8 @@ import torch
 
 from mimic2dm.geometry import rotations as rot
 
+BALL_STATE_DIM = 6  # :func:`ball_state`'s width
+
 
 def ball_state(root_pos: torch.Tensor, root_rot: torch.Tensor, ball_pos: torch.Tensor,
                ball_vel: torch.Tensor) -> torch.Tensor:  # fmt: skip

@@ -159,13 +159,17 @@ class StateBuffers:
         self.start_counts += torch.bincount(frames, minlength=self.num_frames).float()
         return frames
 
-    def note_step(self, frames: torch.Tensor, failed: torch.Tensor) -> None:
+    def note_step(self, frames: torch.Tensor, failed: torch.Tensor,
+                  failed_frames: torch.Tensor | None = None) -> None:  # fmt: skip
         """One control step collected: ``frames [n]`` global frame of each sample,
-        ``failed [n]`` bool, the episode was terminated early there. Counts iterations."""
+        ``failed [n]`` bool, the episode was terminated early. The failure counts at
+        ``failed_frames [n]`` where given (a task that knows when the failure began, such as
+        the dribble's lost ball), else at ``frames``. Counts iterations."""
         fr = frames.reshape(-1).to(self.sample_counts.device)
         bad = failed.reshape(-1).to(self.sample_counts.device, torch.float32)
+        at = fr if failed_frames is None else failed_frames.reshape(-1).to(fr.device)
         self.sample_counts += torch.bincount(fr, minlength=self.num_frames).float()
-        self.failure_counts += torch.bincount(fr, weights=bad, minlength=self.num_frames).float()
+        self.failure_counts += torch.bincount(at, weights=bad, minlength=self.num_frames).float()
         self.iteration_step += 1
         if self.iteration_step >= self.cfg.iteration_steps:
             self.iteration_step = 0
