@@ -83,7 +83,7 @@ def test_dribble_observes_the_ball_and_masks_it_when_undetected(tmp_path):
     obs = task.observe()
     assert obs.shape == (2, task.obs_dim) and torch.isfinite(obs).all()
     r = task.step(torch.zeros(2, task.action_dim))
-    assert "obj" in r.terms and "ball_lost" in r.causes
+    assert "obj" in r.terms and "foot_ball" in r.terms and "ball_lost" in r.causes
 
 
 def test_dribble_refuses_a_run_without_a_ball(tmp_path):

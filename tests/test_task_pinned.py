@@ -32,6 +32,7 @@ PINNED: dict[str, dict[str, float]] = {
         "term/obj": 119.9996,
         "term/ori": 119.5,
         "term/contact": 78.0,
+        "term/foot_ball": 120.0,  # no foot within foot_ball_near of the ball 1 m ahead: 1 per step
         "cause/reprojection": 17.0,
         "cause/fall": 0.0,
         "cause/nonfinite": 0.0,

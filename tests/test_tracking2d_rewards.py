@@ -16,6 +16,7 @@ import torch
 from mimic2dm.tasks.tracking2d.rewards import (
     RewardConfig,
     contact_reward,
+    foot_ball_reward,
     orientation_reward,
     reward_terms,
     scale_reward,
@@ -180,3 +181,31 @@ def test_scale_term_sees_a_depth_error_that_pos_barely_does(walk):
     assert case_terms(uv, mask, act, mirrored)["scale"] > 0.999  # a size cue, not a pose cue
     none = torch.zeros_like(mask)
     assert torch.equal(scale_reward(smaller, uv, none, 200.0), torch.ones(uv.shape[0]))
+
+
+def test_foot_ball_term_scores_the_ball_seen_from_the_feet_near_it():
+    """``foot_ball``: the error of the ball's offset from a foot whose reference is near the
+    reference ball; a foot far from it, or an unseen ball, scores 1."""
+    ref = torch.zeros(4, 17, 2)
+    ref[:, 15] = torch.tensor([100.0, 900.0])  # left ankle
+    ref[:, 16] = torch.tensor([600.0, 900.0])  # right ankle, far from the ball
+    sim = ref.clone()
+    ball = torch.tensor([[150.0, 950.0]]).expand(4, 2).clone()  # 71 px from the left ankle
+    sim_ball = ball.clone()
+    sim_ball[1, 0] += 54.0  # 0.05 H off -> exp(-400 * 0.0025) = e^-1
+    sim[2, 15, 0] -= 54.0  # the foot off by as much: the same offset error
+    valid = torch.tensor([True, True, True, False])
+    sim_ball[3, 0] += 500.0  # unseen: no score
+    feet, h = torch.tensor([15, 16]), torch.full((4,), H)
+    mask = torch.ones(4, 17, dtype=torch.bool)
+    r = foot_ball_reward(sim, ref, mask, (sim_ball, ball, valid), feet, h, 0.1, 400.0)
+    assert r.tolist() == pytest.approx([1.0, math.exp(-1), math.exp(-1), 1.0], rel=1e-5)
+    far = foot_ball_reward(sim, ref, mask, (sim_ball, ball, valid), feet, h, 0.05, 400.0)
+    assert far.tolist() == pytest.approx([1.0] * 4)  # 71 px is beyond 0.05 H: no foot near
+    a = torch.zeros(4, 3)
+    flags = torch.zeros(4, 2)
+    t = reward_terms(sim, ref, mask, sim, ref, mask, h, a, a, RewardConfig(), (sim_ball, ball, valid),
+                     contact=(feet, flags))  # fmt: skip
+    assert torch.allclose(t["foot_ball"], r)
+    assert "foot_ball" not in reward_terms(sim, ref, mask, sim, ref, mask, h, a, a, RewardConfig(),
+                                           (sim_ball, ball, valid))  # fmt: skip

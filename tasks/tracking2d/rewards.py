@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 import torch
 from mimic2dm.tasks.common.config import TermRewardConfig
 
-TERMS = ("pos", "vel", "obj", "reg", "ori", "contact", "scale")
+TERMS = ("pos", "vel", "obj", "reg", "ori", "contact", "scale", "foot_ball")
 """Every reward term the task can produce (``obj`` only with an object and its 2D track;
-``ori`` with left/right shoulder or hip keypoints; ``contact`` with contact bodies)."""
+``ori`` with left/right shoulder or hip keypoints; ``contact`` with contact bodies;
+``foot_ball`` with both an object track and contact bodies)."""
 
 
 def _default_scales() -> dict[str, float]:
@@ -30,6 +31,7 @@ def _default_scales() -> dict[str, float]:
         "ori": 0.0,
         "contact": 0.0,
         "scale": 0.0,
+        "foot_ball": 0.0,
     }
 
 
@@ -50,6 +52,10 @@ class RewardConfig(TermRewardConfig):
             still, and its foot should touch the ground.
         alpha_scale: sharpness of ``scale`` on the squared log ratio of the simulated and
             the reference body's size in the image (200: 5 % too small or large -> 0.61).
+        alpha_foot_ball: sharpness of ``foot_ball`` on the squared error of the ball's 2D
+            offset from each foot keypoint (image heights).
+        foot_ball_near: ``foot_ball`` scores a foot while its reference keypoint is within
+            this fraction of H of the reference ball (the approach to a touch and the touch).
     """
 
     scales: dict[str, float] = field(default_factory=_default_scales)
@@ -59,10 +65,12 @@ class RewardConfig(TermRewardConfig):
     ori_margin: float = 0.02
     contact_still: float = 0.07
     alpha_scale: float = 200.0
+    alpha_foot_ball: float = 400.0
+    foot_ball_near: float = 0.1
 
     terms = TERMS
     positive = ("alpha_pos", "alpha_vel", "alpha_obj", "alpha_reg", "ori_margin", "contact_still",
-                "alpha_scale")  # fmt: skip
+                "alpha_scale", "alpha_foot_ball", "foot_ball_near")  # fmt: skip
 
 
 def masked_sq_error(
@@ -158,6 +166,28 @@ def contact_reward(
     return torch.where(n > 0, (s * contact).sum(-1) / n.clamp_min(1.0), 1.0)
 
 
+def foot_ball_reward(sim_uv: torch.Tensor, ref_uv: torch.Tensor, mask: torch.Tensor,
+                     obj: tuple[torch.Tensor, torch.Tensor, torch.Tensor], feet: torch.Tensor,
+                     height: torch.Tensor, near: float, alpha: float) -> torch.Tensor:  # fmt: skip
+    """The ball as the feet see it (an interaction term, 2D only): for each foot keypoint
+    whose reference is within ``near x H`` of the reference ball, the squared error between
+    the simulated and the reference offset ``ball - foot``, in image heights.
+
+    Args:
+        sim_uv, ref_uv: ``[N, K, 2]`` pixels; mask ``[N, K]``.
+        obj: ``(sim_centre [N, 2], ref_centre [N, 2], ref_valid [N])``.
+        feet: ``[F]`` foot keypoint indices; height ``[N]``.
+
+    Returns:
+        ``[N]`` ``exp(-alpha * e)``; 1 where no foot is near the reference ball.
+    """
+    sim_c, ref_c, valid = obj
+    d_sim = sim_c[:, None] - sim_uv[:, feet]
+    d_ref = ref_c[:, None] - ref_uv[:, feet]
+    close = (d_ref.norm(dim=-1) < near * height[:, None]) & mask[:, feet] & valid[:, None]
+    return torch.exp(-alpha * masked_sq_error(d_sim, d_ref, close, height))
+
+
 def reward_terms(
     sim_uv: torch.Tensor,
     ref_uv: torch.Tensor,
@@ -189,7 +219,8 @@ def reward_terms(
             its simulated contact flag: adds ``contact``.
 
     Returns:
-        ``{"pos", "vel", "reg", "scale"[, "obj"][, "ori"][, "contact"]}``.
+        ``{"pos", "vel", "reg", "scale"[, "obj"][, "ori"][, "contact"][, "foot_ball"]}``
+        (``foot_ball``: with ``obj`` and ``contact``, whose keypoints are the feet).
     """
     e_pos = masked_sq_error(sim_uv, ref_uv, mask, height)
     both = mask & prev_mask
@@ -206,6 +237,9 @@ def reward_terms(
         sim_c, ref_c, valid = obj
         e_obj = masked_sq_error(sim_c[:, None], ref_c[:, None], valid[:, None], height)
         terms["obj"] = torch.exp(-cfg.alpha_obj * e_obj)
+        if contact is not None:
+            terms["foot_ball"] = foot_ball_reward(sim_uv, ref_uv, mask, obj, contact[0], height,
+                                                  cfg.foot_ball_near, cfg.alpha_foot_ball)  # fmt: skip
     if ori_pairs is not None and ori_pairs.numel():
         terms["ori"] = orientation_reward(sim_uv, ref_uv, mask, ori_pairs, height, cfg.ori_margin)
     if contact is not None:
