@@ -145,3 +145,32 @@ def test_the_actors_collect_the_batch_that_rl_games_rollout_collects_over_them(
     assert lengths["actors"] == pytest.approx(
         lengths["learner"], rel=1e-4
     )  # the epoch's mean reward
+
+
+def test_the_actors_give_the_critic_its_columns(tmp_path, clip):
+    """The dribble with ``task.ball_in_critic``: the actors' observations carry the ball state
+    after the views, and their values are the learner's critic on them."""
+    from task_helpers import standing_clip
+
+    from mimic2dm.motion.format import save_motion2d
+
+    ball = tmp_path / "ball.npz"
+    save_motion2d(standing_clip("humanoid", frames=40, ball=True), ball)
+    seen = {}
+
+    def after_epoch(agent: TrackerAgent):
+        if agent.epoch_num == 2:
+            batch = agent._play_steps_in_actors()
+            agent.model.eval()
+            with torch.no_grad():
+                res = agent.model({"is_train": False, "prev_actions": None, "obs": batch["obses"]})
+            seen.update(batch=batch, res=res, layout=agent.vec_env.obs_layout())
+
+    cfg = tiny_config(tmp_path / "run", ball, "task=dribble", "task.ball_in_critic=true",
+                      "train.max_epochs=2", *RAY)  # fmt: skip
+    assert train(cfg, epoch_callback=after_epoch)["epochs"] == 2
+    batch, res, lay = seen["batch"], seen["res"], seen["layout"]
+    assert lay["critic"] == 6
+    assert batch["obses"].shape[1] == lay["prop"] + lay["views"] * lay["view"] + 6
+    assert torch.allclose(res["values"], batch["values"], atol=1e-4)
+    assert torch.allclose(res["mus"], batch["mus"], atol=1e-5)
