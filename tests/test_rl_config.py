@@ -39,6 +39,7 @@ def test_task_spec_from_the_config_groups():
         "ori": 0.0,
         "contact": 0.0,
         "scale": 0.0,
+        "foot_ball": 0.0,
     }
     # every key of the engine group reaches the backend unchanged
     assert spec.engine == dict(OmegaConf.to_container(cfg.engine, resolve=True))

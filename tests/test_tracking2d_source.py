@@ -40,11 +40,12 @@ def test_the_clip_library_carries_the_object_track():
 
 
 def test_object_reward_only_where_it_applies():
-    """``obj`` needs an object in the engine and a track in the reference; else it is left out."""
+    """``obj`` (and ``foot_ball``, which also needs contact bodies) need an object in the engine
+    and a track in the reference; else they are left out."""
     with_ball = clip_task(standing_clip("humanoid", ball=True), 2, objects=("ball",))
     r = with_ball.step(torch.zeros(2, with_ball.action_dim))
     assert (
-        set(r.terms) == {"pos", "vel", "reg", "ori", "contact", "scale", "obj"}
+        set(r.terms) == {"pos", "vel", "reg", "ori", "contact", "scale", "obj", "foot_ball"}
         and ((r.terms["obj"] >= 0) & (r.terms["obj"] <= 1)).all()
     )
     # initial states put the ball on the clip's 3D track: the 2D error starts at ~0
